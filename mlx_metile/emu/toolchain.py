@@ -1,0 +1,76 @@
+"""Finding clang and the per-user cache the emulator builds into."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+MIN_CLANG = 17
+INSTALL_HINT = (
+    "the Metal emulator needs clang >= 17 with compiler-rt: install Debian's "
+    "`clang-19 libclang-rt-19-dev` (apt-get install clang-19 libclang-rt-19-dev) "
+    "or point MLX_METILE_CLANG at a clang binary"
+)
+
+
+class ToolchainError(RuntimeError):
+    """No usable clang was found."""
+
+
+def _version(clang: str) -> int:
+    out = subprocess.run([clang, "--version"], capture_output=True, text=True, check=False)
+    m = re.search(r"clang version (\d+)", out.stdout)
+    return int(m.group(1)) if m else 0
+
+
+@lru_cache(maxsize=1)
+def find_clang() -> str:
+    """MLX_METILE_CLANG, else the newest clang-NN (or clang) on PATH."""
+    explicit = os.environ.get("MLX_METILE_CLANG")
+    if explicit:
+        path = shutil.which(explicit) or explicit
+        if not Path(path).exists():
+            raise ToolchainError(f"MLX_METILE_CLANG={explicit!r} does not exist; {INSTALL_HINT}")
+        return path
+    candidates = []
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        if not os.path.isdir(d):
+            continue
+        for name in os.listdir(d):
+            m = re.fullmatch(r"clang-(\d+)", name)
+            if m:
+                candidates.append((int(m.group(1)), os.path.join(d, name)))
+    plain = shutil.which("clang")
+    if plain:
+        candidates.append((_version(plain), plain))
+    for ver, path in sorted(candidates, reverse=True):
+        if ver >= MIN_CLANG:
+            return path
+    raise ToolchainError(f"no clang >= {MIN_CLANG} found; {INSTALL_HINT}")
+
+
+def tool_beside_clang(name: str) -> str | None:
+    """llvm-symbolizer / llvm-cxxfilt of the same LLVM release, if installed."""
+    clang = find_clang()
+    suffix = re.search(r"-(\d+)$", clang)
+    for cand in ([f"{name}-{suffix.group(1)}"] if suffix else []) + [name]:
+        found = shutil.which(cand)
+        if found:
+            return found
+    return None
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("MLX_METILE_CACHE")
+    base = Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mlx_metile"
+    path = base / "emu"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def run_clang(args: list[str], what: str) -> subprocess.CompletedProcess:
+    return subprocess.run([find_clang(), *args], capture_output=True, text=True, check=False)
