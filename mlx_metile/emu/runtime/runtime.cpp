@@ -152,7 +152,6 @@ void fiber_prepare(Fiber* f) {
   // 16-aligned so the call in metile_fiber_start sees a normal frame.
   uintptr_t top = ((uintptr_t)(f->stack_lo + kStackSize)) & ~(uintptr_t)15;
   void** sp = (void**)top;
-  *--sp = nullptr;                       // padding: keeps alignment
   *--sp = (void*)&metile_fiber_start;    // return address
   *--sp = nullptr;                       // rbp
   *--sp = nullptr;                       // rbx
