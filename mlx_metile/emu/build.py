@@ -100,7 +100,8 @@ def runtime_library() -> Path:
 
 
 def _clean_diagnostics(text: str, workdir: Path) -> str:
-    return text.replace(str(workdir) + os.sep, "")
+    text = text.replace(str(workdir) + os.sep, "")
+    return text.replace("METILE_TG_PTR", "threadgroup").replace("METILE_TG_STORAGE", "threadgroup")
 
 
 def _lint(t: Translation, workdir: Path) -> None:

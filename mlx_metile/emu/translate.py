@@ -158,24 +158,44 @@ def _parse_param(text: str, filename: str, line: int) -> Param:
     raise TranslateError(f"{filename}:{line}: unsupported kernel parameter attribute [[{attr}]] on `{name}`")
 
 
+def _declared_names(declaration: str) -> list[str]:
+    names = []
+    for declarator in _split_top_level(declaration):
+        bare = re.sub(r"\[[^\]]*\]", "", declarator)
+        m = re.search(r"(\w+)\s*$", bare)
+        if m:
+            names.append(m.group(1))
+    return names
+
+
 def _rewrite_threadgroup(src: str, filename: str) -> str:
+    """`threadgroup T x[n];` -> shared storage; `threadgroup T* p` -> a pointer.
+
+    Storage is made to escape right after its declaration: the compiler then
+    cannot assume a barrier (an opaque call) leaves it unchanged, which is
+    what lets other threads' writes become visible after the barrier.
+    """
     out, last = [], 0
     for m in re.finditer(r"\bthreadgroup\b", src):
         rest = src[m.end() :]
         stop = re.search(r"[;=),{]", rest)
         segment = rest[: stop.start()] if stop else rest
-        if "*" in segment or "&" in segment:
-            repl = "METILE_TG_PTR"
-        else:
-            if stop and stop.group() == "=":
-                raise TranslateError(
-                    f"{filename}:{_line_of(src, m.start())}: threadgroup variables cannot be "
-                    "initialised in their declaration (MSL rejects it); assign after declaring"
-                )
-            repl = "METILE_TG_STORAGE"
         out.append(src[last : m.start()])
-        out.append(repl)
         last = m.end()
+        if "*" in segment or "&" in segment:
+            out.append("METILE_TG_PTR")
+            continue
+        if stop and stop.group() == "=":
+            raise TranslateError(
+                f"{filename}:{_line_of(src, m.start())}: threadgroup variables cannot be "
+                "initialised in their declaration (MSL rejects it); assign after declaring"
+            )
+        out.append("METILE_TG_STORAGE")
+        if stop and stop.group() == ";":
+            end = m.end() + stop.end()
+            escapes = "".join(f" METILE_TG_ESCAPE({n});" for n in _declared_names(segment))
+            out.append(src[m.end() : end] + escapes)
+            last = end
     out.append(src[last:])
     return "".join(out)
 

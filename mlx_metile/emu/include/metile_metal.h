@@ -359,6 +359,7 @@ using namespace metal;
 #define constant __attribute__((address_space(2))) const
 #define METILE_TG_PTR __attribute__((address_space(3)))
 #define METILE_TG_STORAGE static __attribute__((address_space(3)))
+#define METILE_TG_ESCAPE(x) ((void)0)
 #else
 #define device
 #define constant const
@@ -366,6 +367,7 @@ using namespace metal;
 // Threadgroup variables live in one section so the runtime can poison,
 // shadow and bound them; one threadgroup runs at a time.
 #define METILE_TG_STORAGE static __attribute__((section("metile_tg"), aligned(16)))
+#define METILE_TG_ESCAPE(x) asm volatile("" : : "r"(&(x)) : "memory")
 #endif
 #define thread
 #define kernel

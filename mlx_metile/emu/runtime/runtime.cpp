@@ -276,15 +276,17 @@ int image_range_cb(struct dl_phdr_info* info, size_t, void* data) {
 }
 
 void describe_wild(char* out, size_t n, uintptr_t p) {
+  // Name the buffer the address runs past (the closest one starting below
+  // it), else the closest one above.
   Dispatch* d = g_disp;
-  int best = -1;
-  uint64_t best_dist = UINT64_MAX;
+  int below = -1, above = -1;
   for (int i = 0; i < d->nbuf; ++i) {
-    uintptr_t lo = (uintptr_t)d->buffers[i].lo, hi = lo + d->buffers[i].size;
-    if (!d->buffers[i].lo) continue;
-    uint64_t dist = p < lo ? lo - p : p - hi;
-    if (dist < best_dist) best_dist = dist, best = i;
+    uintptr_t lo = (uintptr_t)d->buffers[i].lo;
+    if (!lo) continue;
+    if (lo <= p && (below < 0 || lo > (uintptr_t)d->buffers[below].lo)) below = i;
+    if (lo > p && (above < 0 || lo < (uintptr_t)d->buffers[above].lo)) above = i;
   }
+  int best = below >= 0 ? below : above;
   if (best >= 0) {
     long long off = (long long)(p - (uintptr_t)d->buffers[best].lo);
     snprintf(out, n, "buffer(%d)%+lld, buffer is %llu bytes", best, off,
