@@ -1,0 +1,62 @@
+// Python bindings: one low-level entry that the package's Python layer calls
+// with a compiled artifact. Users call mlx_metile.linear & co., not this.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/array.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/variant.h>
+#include <nanobind/stl/vector.h>
+
+#include "emu_abi.h"
+#include "tile_kernel.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+namespace mt = mlx_metile;
+namespace mx = mlx::core;
+
+NB_MODULE(_ext, m) {
+  m.doc() = "mlx-metile C++ core: the TileKernel MLX primitive";
+  m.attr("EMU_ABI_VERSION") = METILE_EMU_ABI_VERSION;
+#ifdef METILE_METAL
+  m.attr("HAS_METAL") = true;
+#else
+  m.attr("HAS_METAL") = false;
+#endif
+#ifdef METILE_CUDA
+  m.attr("HAS_CUDA") = true;
+#else
+  m.attr("HAS_CUDA") = false;
+#endif
+
+  m.def(
+      "tile_kernel",
+      [](const std::vector<mx::array>& inputs, const std::vector<std::vector<int>>& out_shapes,
+         const std::vector<mx::Dtype>& out_dtypes, const std::string& target, const std::string& source,
+         const std::string& entry, std::array<int64_t, 3> threadgroups, std::array<int64_t, 3> threads,
+         const std::vector<std::tuple<int, int64_t>>& bindings, const std::string& key, const std::vector<int>& bits,
+         const std::vector<int>& group_size, const std::vector<int>& has_bias, int epilogue, bool has_residual,
+         const std::string& emulator_object, mx::StreamOrDevice s) {
+        mt::Artifact a;
+        a.target = target;
+        a.source = source;
+        a.entry = entry;
+        a.threadgroups = threadgroups;
+        a.threads_per_group = threads;
+        a.key = key;
+        for (const auto& [kind, value] : bindings) a.bindings.push_back({static_cast<mt::BindingKind>(kind), value});
+        mt::ProjectionDesc d;
+        d.bits = bits;
+        d.group_size = group_size;
+        d.has_bias = has_bias;
+        d.epilogue = static_cast<mt::Epilogue>(epilogue);
+        d.has_residual = has_residual;
+        std::vector<mx::Shape> shapes;
+        for (const auto& sh : out_shapes) shapes.emplace_back(sh.begin(), sh.end());
+        return mt::tile_kernel(inputs, shapes, out_dtypes, std::move(a), std::move(d), emulator_object, s);
+      },
+      "inputs"_a, "out_shapes"_a, "out_dtypes"_a, "target"_a, "source"_a, "entry"_a, "threadgroups"_a, "threads"_a,
+      "bindings"_a, "key"_a, "bits"_a, "group_size"_a, "has_bias"_a, "epilogue"_a, "has_residual"_a,
+      "emulator_object"_a, nb::kw_only(), "stream"_a = nb::none(),
+      "Build the array node of one compiled tile kernel (internal; see mlx_metile.ops).");
+}

@@ -1,0 +1,149 @@
+#include "cpu/projection.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include "mlx/types/half_types.h"
+
+namespace mlx_metile {
+
+float silu(float v) { return v / (1.0f + std::exp(-v)); }
+float gelu(float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); }
+float gelu_approx(float v) {
+  return 0.5f * v * (1.0f + std::tanh(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+}
+
+namespace {
+
+float load_float(const mx::array& a, size_t i) {
+  switch (a.dtype()) {
+    case mx::float32: return a.data<float>()[i];
+    case mx::float16: return static_cast<float>(a.data<mx::float16_t>()[i]);
+    case mx::bfloat16: return static_cast<float>(a.data<mx::bfloat16_t>()[i]);
+    default: throw std::invalid_argument("mlx_metile: unsupported floating dtype");
+  }
+}
+
+void store_float(mx::array& a, size_t i, float v) {
+  switch (a.dtype()) {
+    case mx::float32: a.data<float>()[i] = v; break;
+    case mx::float16: a.data<mx::float16_t>()[i] = static_cast<mx::float16_t>(v); break;
+    case mx::bfloat16: a.data<mx::bfloat16_t>()[i] = static_cast<mx::bfloat16_t>(v); break;
+    default: throw std::invalid_argument("mlx_metile: unsupported output dtype");
+  }
+}
+
+struct WeightView {
+  const mx::array* w;
+  const mx::array* scales = nullptr;
+  const mx::array* biases = nullptr;
+  const mx::array* bias = nullptr;
+  int bits = 0;
+  int group = 0;
+  int64_t n = 0;
+};
+
+// Row n of the weight as f32: dense converted, or affine dequantised
+// (w = scale * q + bias, q unpacked least-significant bits first).
+void weight_row(const WeightView& v, int64_t n, int64_t K, float* out) {
+  if (v.bits == 0) {
+    for (int64_t k = 0; k < K; ++k) out[k] = load_float(*v.w, n * K + k);
+    return;
+  }
+  const uint32_t* packed = v.w->data<uint32_t>();
+  int64_t words_per_row = K * v.bits / 32;
+  int64_t groups = K / v.group;
+  int per_word = 32 / v.bits;
+  uint32_t mask = (1u << v.bits) - 1u;
+  for (int64_t k = 0; k < K; ++k) {
+    uint32_t word = packed[n * words_per_row + k / per_word];
+    float q = static_cast<float>((word >> (v.bits * (k % per_word))) & mask);
+    int64_t g = n * groups + k / v.group;
+    out[k] = load_float(*v.scales, g) * q + load_float(*v.biases, g);
+  }
+}
+
+}  // namespace
+
+void cpu_projection(const ProjectionDesc& d, const std::vector<mx::array>& in, std::vector<mx::array>& out) {
+  const mx::array& x = in[0];
+  const int64_t K = x.shape(-1);
+  const int64_t M = x.size() / K;
+  std::vector<WeightView> ws;
+  size_t idx = 1;
+  for (int i = 0; i < d.num_weights(); ++i) {
+    WeightView v;
+    v.w = &in[idx++];
+    v.bits = d.bits[i];
+    v.group = d.group_size[i];
+    if (v.bits) {
+      v.scales = &in[idx++];
+      v.biases = &in[idx++];
+    }
+    if (d.has_bias[i]) v.bias = &in[idx++];
+    v.n = v.w->shape(0);
+    ws.push_back(v);
+  }
+  const mx::array* residual = d.has_residual ? &in[idx++] : nullptr;
+
+  std::vector<float> xf(M * K);
+  for (int64_t i = 0; i < M * K; ++i) xf[i] = load_float(x, i);
+
+  // acc[i][m * N + n]: f32 sums in k order, independent of M (row invariance)
+  std::vector<std::vector<float>> acc(ws.size());
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const WeightView& v = ws[i];
+    acc[i].assign(M * v.n, 0.0f);
+    unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 8u));
+    if (v.n * K < (1 << 16)) workers = 1;
+    auto work = [&](int64_t n0, int64_t n1) {
+      std::vector<float> wrow(K);
+      for (int64_t n = n0; n < n1; ++n) {
+        weight_row(v, n, K, wrow.data());
+        float b = v.bias ? load_float(*v.bias, n) : 0.0f;
+        for (int64_t m = 0; m < M; ++m) {
+          const float* xr = xf.data() + m * K;
+          float s = 0.0f;
+          for (int64_t k = 0; k < K; ++k) s = std::fma(xr[k], wrow[k], s);
+          acc[i][m * v.n + n] = s + b;
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    int64_t chunk = (v.n + workers - 1) / workers;
+    for (unsigned t = 0; t < workers; ++t) {
+      int64_t n0 = t * chunk, n1 = std::min<int64_t>(v.n, n0 + chunk);
+      if (n0 < n1) pool.emplace_back(work, n0, n1);
+    }
+    for (auto& th : pool) th.join();
+  }
+
+  auto finish = [&](float v) {
+    switch (d.epilogue) {
+      case Epilogue::Gelu: return gelu(v);
+      case Epilogue::GeluApprox: return gelu_approx(v);
+      case Epilogue::Silu: return silu(v);
+      default: return v;
+    }
+  };
+  if (d.epilogue == Epilogue::SwiGLU) {
+    int64_t N = ws[0].n;
+    for (int64_t e = 0; e < M * N; ++e) {
+      float v = silu(acc[0][e]) * acc[1][e];
+      if (residual) v += load_float(*residual, e);
+      store_float(out[0], e, v);
+    }
+    return;
+  }
+  for (size_t i = 0; i < ws.size(); ++i) {
+    for (int64_t e = 0; e < M * ws[i].n; ++e) {
+      float v = finish(acc[i][e]);
+      if (residual) v += load_float(*residual, e);
+      store_float(out[i], e, v);
+    }
+  }
+}
+
+}  // namespace mlx_metile

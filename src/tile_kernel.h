@@ -1,0 +1,97 @@
+// The MLX primitive that evaluates one compiled tile-kernel artifact.
+//
+// The Python compiler produces the artifact (target, source, entry point,
+// launch grid, argument bindings); this class only holds it and dispatches
+// it. It never compiles tile programs.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mlx/array.h"
+#include "mlx/primitives.h"
+#include "mlx/utils.h"
+
+namespace mlx_metile {
+
+namespace mx = mlx::core;
+
+// How a kernel buffer slot is filled.
+enum class BindingKind : int { Input = 0, Output = 1, Scalar = 2 };
+
+struct Binding {
+  BindingKind kind;
+  int64_t value;  // input / output index, or the int32 scalar value
+};
+
+struct Artifact {
+  std::string target;  // "msl", "cuda"
+  std::string source;
+  std::string entry;
+  std::array<int64_t, 3> threadgroups{1, 1, 1};
+  std::array<int64_t, 3> threads_per_group{1, 1, 1};
+  std::vector<Binding> bindings;
+  std::string key;  // identifies (spec, schedule): equal keys, equal code
+};
+
+// Epilogues applied in f32 before the single rounding to the output dtype.
+enum class Epilogue : int { None = 0, SwiGLU = 1, Gelu = 2, GeluApprox = 3, Silu = 4 };
+
+// What the kernel computes, for the CPU path and for gradients:
+//   inputs  = x[M,K], then per weight: w (dense [N,K] or packed [N,K*bits/32]),
+//             [scales, biases] when quantized, [bias[N]] when has_bias;
+//             then residual[M,N] when has_residual.
+//   outputs = one per weight (Epilogue None / Gelu / Silu without residual),
+//             or a single output (SwiGLU, or a residual add).
+struct ProjectionDesc {
+  std::vector<int> bits;        // 0 = dense
+  std::vector<int> group_size;  // quantized only
+  std::vector<int> has_bias;
+  Epilogue epilogue = Epilogue::None;
+  bool has_residual = false;
+
+  bool operator==(const ProjectionDesc& o) const {
+    return bits == o.bits && group_size == o.group_size && has_bias == o.has_bias &&
+           epilogue == o.epilogue && has_residual == o.has_residual;
+  }
+  int num_weights() const { return static_cast<int>(bits.size()); }
+};
+
+class TileKernel : public mx::Primitive {
+ public:
+  TileKernel(mx::Stream stream, Artifact artifact, ProjectionDesc desc, std::string emulator_object)
+      : mx::Primitive(stream),
+        artifact_(std::move(artifact)),
+        desc_(std::move(desc)),
+        emulator_object_(std::move(emulator_object)) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+  void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
+
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals,
+                             const std::vector<mx::array>& cotangents, const std::vector<int>& argnums,
+                             const std::vector<mx::array>& outputs) override;
+  std::vector<mx::array> jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
+                             const std::vector<int>& argnums) override;
+
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override;
+  const char* name() const override { return "TileKernel"; }
+  bool is_equivalent(const mx::Primitive& other) const override;
+
+  const Artifact& artifact() const { return artifact_; }
+  const ProjectionDesc& desc() const { return desc_; }
+
+ private:
+  Artifact artifact_;
+  ProjectionDesc desc_;
+  std::string emulator_object_;  // non-empty: run the MSL through the CPU emulator
+};
+
+// Builds the array node. Inputs are made row-contiguous here.
+std::vector<mx::array> tile_kernel(const std::vector<mx::array>& inputs, const std::vector<mx::Shape>& out_shapes,
+                                   const std::vector<mx::Dtype>& out_dtypes, Artifact artifact,
+                                   ProjectionDesc desc, std::string emulator_object, mx::StreamOrDevice s = {});
+
+}  // namespace mlx_metile
