@@ -1,1 +1,18 @@
-"""mlx-metile"""
+"""mlx-metile: fused, row-reusing projection kernels for MLX from a small tile compiler."""
+
+from . import nn
+from .ops import QuantizedWeight, fused_linear, linear, quantized_linear
+from .trace import Trace, TraceRecord, trace
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "QuantizedWeight",
+    "Trace",
+    "TraceRecord",
+    "fused_linear",
+    "linear",
+    "nn",
+    "quantized_linear",
+    "trace",
+]

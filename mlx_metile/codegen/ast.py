@@ -1,0 +1,65 @@
+"""The thread-level program every renderer prints: C-like statements whose
+expressions are text in a neutral notation. Target-specific pieces are calls
+written `@name(...)` (math, conversions, SIMD-group reductions, thread
+indices) that each dialect maps through a table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    name: str
+    kind: str  # "buffer" | "scalar"
+    dtype: str  # IR dtype of the elements (scalars: i32)
+    output: bool = False
+
+
+@dataclass
+class Decl:
+    dtype: str  # IR dtype, or "int"
+    name: str
+    init: str | None = None
+    dims: tuple[int, ...] = ()
+    const: bool = False
+
+
+@dataclass
+class Assign:
+    target: str
+    value: str
+
+
+@dataclass
+class Loop:
+    var: str
+    start: str
+    cond: str  # loop continues while this holds
+    step: str
+    body: list = field(default_factory=list)
+    unroll: bool = False
+
+
+@dataclass
+class If:
+    cond: str
+    body: list = field(default_factory=list)
+
+
+@dataclass
+class Comment:
+    text: str
+
+
+Stmt = Decl | Assign | Loop | If | Comment
+
+
+@dataclass
+class KernelDef:
+    name: str
+    params: list[KernelParam]
+    body: list[Stmt]
+    helpers: list[str]  # names of preamble helpers used (e.g. "erf", "silu")
+    threads_per_group: int
+    notes: list[str] = field(default_factory=list)  # schedule summary for the header comment

@@ -1,0 +1,42 @@
+"""Metal Shading Language dialect (simdgroup kernels)."""
+
+from __future__ import annotations
+
+from .ast import KernelDef
+from .cstyle import CStyleRenderer
+
+
+class MSLRenderer(CStyleRenderer):
+    target = "msl"
+    calls = {
+        **CStyleRenderer.calls,
+        "fma": "metal::fma({0}, {1}, {2})",
+        "exp": "metal::precise::exp({0})",
+        "tanh": "metal::precise::tanh({0})",
+        "max": "metal::max({0}, {1})",
+        "min": "metal::min({0}, {1})",
+        "simd_sum": "metal::simd_sum({0})",
+        "lane": "metile_lane",
+        "simdgroup": "metile_simdgroup",
+        "program_id0": "int(metile_tgid.x)",
+        "program_id1": "int(metile_tgid.y)",
+    }
+
+    def prelude(self) -> list[str]:
+        return ["#include <metal_stdlib>", "using namespace metal;"]
+
+    def signature(self, k: KernelDef) -> str:
+        params = []
+        for i, p in enumerate(k.params):
+            if p.kind == "buffer":
+                const = "" if p.output else "const "
+                params.append(f"device {const}{self.types[p.dtype]}* {p.name} [[buffer({i})]]")
+            else:
+                params.append(f"constant int& {p.name} [[buffer({i})]]")
+        params += [
+            "uint3 metile_tgid [[threadgroup_position_in_grid]]",
+            "uint metile_lane [[thread_index_in_simdgroup]]",
+            "uint metile_simdgroup [[simdgroup_index_in_threadgroup]]",
+        ]
+        joined = ",\n    ".join(params)
+        return f"[[max_total_threads_per_threadgroup({k.threads_per_group})]]\nkernel void {k.name}(\n    {joined})"

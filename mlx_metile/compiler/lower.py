@@ -1,0 +1,354 @@
+"""Lowering a bound tile program to the thread-level program of a schedule.
+
+Accepted programs (the projection family): element-wise index and mask
+arithmetic, one top-level loop over K whose carried values are f32
+accumulators updated only by `dot(a[BM,BK], b[BK,BN], acc)`, and after the
+loop element-wise epilogues ending in `store`s of [BM, BN] tiles. Anything
+else is rejected with a LowerError naming the op.
+
+Every tile value is rendered *per element*: `elem(v, index)` gives the C
+expression of element `index` of `v`, with integer index math kept as
+polynomials (poly.py) so equal offsets render equally and loads are shared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..codegen.ast import Assign, Comment, Decl, If, KernelDef, KernelParam, Loop
+from ..ir.nodes import FLOAT_DTYPES, For, Op, Program, Value
+from .poly import Poly, divmod_const, render
+from .schedule import SIMD_WIDTH, Schedule
+
+
+class LowerError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Elem:
+    dtype: str
+    poly: Poly | None = None
+    text: str | None = None
+
+    @property
+    def c(self) -> str:
+        return render(self.poly) if self.poly is not None else self.text  # type: ignore[return-value]
+
+
+class _Scope:
+    def __init__(self, stmts: list, parent: _Scope | None = None):
+        self.stmts = stmts
+        self.parent = parent
+        self.cache: dict = {}
+
+    def get(self, key):
+        s: _Scope | None = self
+        while s is not None:
+            if key in s.cache:
+                return s.cache[key]
+            s = s.parent
+        return None
+
+
+def _float_literal(v: float) -> str:
+    text = repr(float(v))
+    if "inf" in text or "nan" in text:
+        raise LowerError(f"non-finite constant {v}")
+    return f"{text}f" if ("." in text or "e" in text) else f"{text}.0f"
+
+
+class _Lowering:
+    def __init__(self, program: Program, schedule: Schedule, divisors: dict[str, int]):
+        self.p = program
+        self.s = schedule
+        self.divisors = divisors
+        self.defs: dict[int, Op] = {}
+        self.helpers: list[str] = []
+        self.names = 0
+        self.sym: dict[int, Poly] = {}
+        self.acc: dict[int, int] = {}  # loop result / carried value id -> accumulator number
+        self.epilogue_at: tuple[Poly, Poly, int] | None = None  # (r, n, c) while rendering stores
+        tops = [n for n in program.body if isinstance(n, For)]
+        if len(tops) != 1:
+            raise LowerError(f"{program.name}: expected exactly one top-level loop over K, found {len(tops)}")
+        self.loop = tops[0]
+        for n in program.body + self.loop.body:
+            if isinstance(n, For):
+                if n is not self.loop:
+                    raise LowerError(f"{program.name}: nested loops are not supported by {schedule.kind}")
+                continue
+            if n.result is not None:
+                self.defs[n.result.id] = n
+
+    def fresh(self, prefix: str) -> str:
+        self.names += 1
+        return f"{prefix}{self.names}"
+
+    def use_helper(self, name: str) -> None:
+        if name not in self.helpers:
+            self.helpers.append(name)
+
+    # -- element rendering ---------------------------------------------------
+    def arg_index(self, arg: Value, out_shape: tuple, idx: tuple[Poly, ...]) -> tuple[Poly, ...]:
+        shape = arg.type.shape
+        sub = idx[len(out_shape) - len(shape) :]
+        return tuple(Poly.const(0) if d == 1 else i for d, i in zip(shape, sub))
+
+    def temp(self, scope: _Scope, dtype: str, text: str) -> Elem:
+        key = ("text", dtype, text)
+        hit = scope.get(key)
+        if hit is not None:
+            return hit
+        name = self.fresh("t")
+        scope.stmts.append(Decl(dtype, name, text, const=True))
+        e = Elem(dtype, text=name)
+        scope.cache[key] = e
+        return e
+
+    def to(self, e: Elem, dtype: str) -> str:
+        if e.dtype == dtype:
+            return e.c
+        src = "i32" if e.poly is not None else e.dtype
+        return f"@cvt_{dtype}_{src}({e.c})"
+
+    def elem(self, v: Value, idx: tuple[Poly, ...], scope: _Scope) -> Elem:
+        if v.id in self.sym:
+            return Elem("i32", poly=self.sym[v.id])
+        if v.id in self.acc:
+            if self.epilogue_at is None:
+                raise LowerError(f"{self.p.name}: an accumulator is read before the K loop ends")
+            r, n, c = self.epilogue_at
+            if idx != (r, n):
+                raise LowerError(f"{self.p.name}: an epilogue reads the accumulator at another element")
+            return Elem("f32", text=f"acc{self.acc[v.id]}[r][{c}]")
+        key = ("elem", v.id, idx)
+        hit = scope.get(key)
+        if hit is not None:
+            return hit
+        op = self.defs.get(v.id)
+        if op is None:
+            raise LowerError(f"{self.p.name}: {v!r} has no definition the lowering can render")
+        e = self.render_op(op, idx, scope)
+        scope.cache[key] = e
+        return e
+
+    def render_op(self, op: Op, idx: tuple[Poly, ...], scope: _Scope) -> Elem:
+        k, dtype = op.kind, op.result.type.dtype
+        shape = op.result.type.shape
+        args = [self.elem(a, self.arg_index(a, shape, idx), scope) if k not in ("expand_dims", "trans") else None
+                for a in op.args]
+        if k == "const":
+            val = op.attrs["value"]
+            if dtype in ("i32", "u32"):
+                return Elem(dtype, poly=Poly.const(int(val))) if dtype == "i32" else Elem(dtype, text=f"{int(val)}u")
+            if dtype == "bool":
+                return Elem(dtype, text="true" if val else "false")
+            return Elem("f32", text=_float_literal(val)) if dtype == "f32" else Elem(
+                dtype, text=f"@cvt_{dtype}_f32({_float_literal(val)})")
+        if k == "program_id":
+            return Elem("i32", poly=Poly.sym(f"pid{op.attrs['axis']}"))
+        if k == "arange":
+            return Elem("i32", poly=idx[0])
+        if k == "full":
+            val = op.attrs["value"]
+            if dtype in ("i32",):
+                return Elem(dtype, poly=Poly.const(int(val)))
+            return Elem("f32", text=_float_literal(val)) if dtype == "f32" else Elem(
+                dtype, text=f"@cvt_{dtype}_f32({_float_literal(val)})")
+        if k == "expand_dims":
+            ax = op.attrs["axis"]
+            return self.elem(op.args[0], idx[:ax] + idx[ax + 1 :], scope)
+        if k == "trans":
+            return self.elem(op.args[0], tuple(reversed(idx)), scope)
+        if k == "binary":
+            return self.binary(op.attrs["op"], args[0], args[1], dtype, scope)
+        if k == "unary":
+            name = op.attrs["op"]
+            x = self.to(args[0], "f32")
+            if name == "neg":
+                text = f"(-{x})"
+            else:
+                if name in ("erf", "sigmoid", "silu", "gelu", "gelu_approx"):
+                    self.use_helper(name)
+                text = f"@{name}({x})"
+            return self.temp(scope, dtype, text if dtype == "f32" else f"@cvt_{dtype}_f32({text})")
+        if k == "select":
+            return self.temp(scope, dtype, f"({args[0].c} ? {self.to(args[1], dtype)} : {self.to(args[2], dtype)})")
+        if k == "cast":
+            if args[0].dtype == dtype:
+                return args[0]
+            return self.temp(scope, dtype, self.to(args[0], dtype))
+        if k == "load":
+            return self.load(op, args, scope)
+        raise LowerError(f"{self.p.name}: cannot lower a {k} op element-wise")
+
+    def binary(self, name: str, a: Elem, b: Elem, dtype: str, scope: _Scope) -> Elem:
+        if a.poly is not None and b.poly is not None and dtype == "i32":
+            if name == "add":
+                return Elem(dtype, poly=a.poly + b.poly)
+            if name == "sub":
+                return Elem(dtype, poly=a.poly - b.poly)
+            if name == "mul":
+                return Elem(dtype, poly=a.poly * b.poly)
+            if name in ("floordiv", "mod") and b.poly.is_const:
+                qr = divmod_const(a.poly, b.poly.const_value)
+                if qr is not None:
+                    return Elem(dtype, poly=qr[0] if name == "floordiv" else qr[1])
+        if name in ("lt", "le", "gt", "ge", "eq"):
+            sym = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=="}[name]
+            if a.dtype in FLOAT_DTYPES or b.dtype in FLOAT_DTYPES:
+                return self.temp(scope, "bool", f"({self.to(a, 'f32')} {sym} {self.to(b, 'f32')})")
+            return self.temp(scope, "bool", f"({a.c} {sym} {b.c})")
+        if name in ("and", "or"):
+            if a.text == "true":
+                return b if name == "and" else a
+            if b.text == "true":
+                return a if name == "and" else b
+            return self.temp(scope, "bool", f"({a.c} {'&&' if name == 'and' else '||'} {b.c})")
+        if dtype in FLOAT_DTYPES:
+            x, y = self.to(a, "f32"), self.to(b, "f32")
+            if name in ("max", "min"):
+                text = f"@{name}({x}, {y})"
+            else:
+                text = f"({x} {dict(add='+', sub='-', mul='*', div='/')[name]} {y})"
+            return self.temp(scope, dtype, text if dtype == "f32" else f"@cvt_{dtype}_f32({text})")
+        ops = {"add": "+", "sub": "-", "mul": "*", "floordiv": "/", "mod": "%", "shr": ">>", "shl": "<<",
+               "bitand": "&"}
+        if name not in ops:
+            raise LowerError(f"{self.p.name}: integer op {name} is not supported")
+        return self.temp(scope, dtype, f"({self.to(a, dtype)} {ops[name]} {self.to(b, dtype)})")
+
+    def load(self, op: Op, args: list[Elem], scope: _Scope) -> Elem:
+        buf = op.attrs["buffer"]
+        dtype = op.result.type.dtype
+        access = f"{buf}[{args[0].c}]"
+        if len(args) > 1 and args[1].text != "true":
+            other = op.attrs["other"]
+            if dtype in FLOAT_DTYPES:
+                fill = _float_literal(other) if dtype == "f32" else f"@cvt_{dtype}_f32({_float_literal(other)})"
+            else:
+                fill = f"{int(other)}{'u' if dtype == 'u32' else ''}"
+            text = f"({args[1].c} ? {access} : {fill})"
+        else:
+            text = access
+        return self.temp(scope, dtype, text)
+
+    # -- the kernel ------------------------------------------------------------
+    def lower(self) -> KernelDef:
+        s, loop = self.s, self.loop
+        body: list = []
+        root = _Scope(body)
+        body.append(Comment(self.s.describe()))
+        body.append(Decl("int", "pid0", "@program_id0()", const=True))
+        body.append(Decl("int", "pid1", "@program_id1()", const=True))
+        body.append(Decl("int", "lane", "@lane()", const=True))
+        body.append(Decl("int", "sg", "@simdgroup()", const=True))
+        for name, value in self.p.param_values.items():
+            d = self.divisors.get(name, 1)
+            if d > 1:
+                body.append(Decl("int", f"{name}_d", f"{name} / {d}", const=True))
+                self.sym[value.id] = Poly.sym(f"{name}_d") * d
+            else:
+                self.sym[value.id] = Poly.sym(name)
+
+        # the K loop: start 0, step BK; its counter is written BK*kb
+        dots = [n for n in loop.body if isinstance(n, Op) and n.kind == "dot"]
+        if not dots or len(dots) != len(loop.carried):
+            raise LowerError(f"{self.p.name}: every carried value must be updated by one dot")
+        order = []
+        for y in loop.yields:
+            d = next((d for d in dots if d.result.id == y.id), None)
+            if d is None or d.args[2].id not in {c.id for c in loop.carried}:
+                raise LowerError(f"{self.p.name}: loop yields must be dot(a, b, carried)")
+            order.append(d)
+        for j, (c, r) in enumerate(zip(loop.carried, loop.results)):
+            self.acc[c.id] = j
+            self.acc[r.id] = j
+        for d in order:
+            a, b = d.args[0].type.shape, d.args[1].type.shape
+            if a != (s.BM, s.BK) or b != (s.BK, s.BN):
+                raise LowerError(f"{self.p.name}: dot shapes {a} x {b} do not match {s.describe()}")
+        start, step = self.elem(loop.start, (), root), self.elem(loop.step, (), root)
+        if start.poly != Poly.const(0) or step.poly != Poly.const(s.BK):
+            raise LowerError(f"{self.p.name}: the K loop must run from 0 in steps of BK={s.BK}")
+        stop = self.elem(loop.stop, (), root)
+        self.sym[loop.iv.id] = Poly.sym("kb") * s.BK
+
+        nacc = len(order)
+        for j in range(nacc):
+            body.append(Decl("f32", f"acc{j}", None, dims=(s.BM, s.NC)))
+        init = Loop("r", "0", f"r < {s.BM}", "1", unroll=True)
+        init_scope = _Scope(init.body, root)
+        for j, c0 in enumerate(loop.init):
+            for c in range(s.NC):
+                n = Poly.sym("sg") * s.NC + c
+                self.epilogue_at = None
+                val = self.elem(c0, (Poly.sym("r"), n), init_scope)
+                init.body.append(Assign(f"acc{j}[r][{c}]", self.to(val, "f32")))
+        body.append(init)
+
+        kloop = Loop("kb", "0", f"{s.BK}*kb < {stop.c}", "1")
+        kscope = _Scope(kloop.body, root)
+        bvals: dict[tuple[int, int, int], str] = {}
+        for v in range(s.VK):
+            kk = Poly.sym("lane") * s.VK + v
+            for c in range(s.NC):
+                n = Poly.sym("sg") * s.NC + c
+                for j, d in enumerate(order):
+                    bvals[(j, v, c)] = self.to(self.elem(d.args[1], (kk, n), kscope), "f32")
+        rloop = Loop("r", "0", f"r < {s.BM}", "1", unroll=True)
+        rscope = _Scope(rloop.body, kscope)
+        for v in range(s.VK):
+            kk = Poly.sym("lane") * s.VK + v
+            for j, d in enumerate(order):
+                a = self.temp(rscope, "f32", self.to(self.elem(d.args[0], (Poly.sym("r"), kk), rscope), "f32"))
+                for c in range(s.NC):
+                    rloop.body.append(Assign(f"acc{j}[r][{c}]", f"@fma({a.c}, {bvals[(j, v, c)]}, acc{j}[r][{c}])"))
+        kloop.body.append(rloop)
+        body.append(kloop)
+
+        reduce = Loop("r", "0", f"r < {s.BM}", "1", unroll=True)
+        for j in range(nacc):
+            for c in range(s.NC):
+                reduce.body.append(Assign(f"acc{j}[r][{c}]", f"@simd_sum(acc{j}[r][{c}])"))
+        body.append(reduce)
+
+        stores = [n for n in self.p.body if isinstance(n, Op) and n.kind == "store"]
+        if any(isinstance(n, Op) and n.kind == "store" for n in loop.body):
+            raise LowerError(f"{self.p.name}: stores inside the K loop are not supported")
+        epi = Loop("r", "0", f"r < {s.BM}", "1", unroll=True)
+        for c in range(s.NC):
+            owner = If(f"((r*{s.NC} + {c}) % {SIMD_WIDTH}) == lane")
+            escope = _Scope(owner.body, root)
+            n = Poly.sym("sg") * s.NC + c
+            self.epilogue_at = (Poly.sym("r"), n, c)
+            for st in stores:
+                shape = st.args[0].type.shape
+                if len(shape) != 2:
+                    raise LowerError(f"{self.p.name}: stores must write [BM, BN] tiles")
+                at = (Poly.sym("r"), n)
+                off = self.elem(st.args[0], self.arg_index(st.args[0], shape, at), escope)
+                val = self.elem(st.args[1], self.arg_index(st.args[1], shape, at), escope)
+                dtype = self.p.param(st.attrs["buffer"]).dtype
+                assign = Assign(f"{st.attrs['buffer']}[{off.c}]", self.to(val, dtype))
+                if len(st.args) > 2:
+                    mask = self.elem(st.args[2], self.arg_index(st.args[2], shape, at), escope)
+                    owner.body.append(If(mask.c, [assign]))
+                else:
+                    owner.body.append(assign)
+            epi.body.append(owner)
+        self.epilogue_at = None
+        body.append(epi)
+
+        params = [KernelParam(p.name, p.kind, p.dtype, p.output) for p in self.p.params]
+        return KernelDef(self.p.name, params, body, self.helpers, s.threads, notes=[s.describe()])
+
+
+def lower(program: Program, schedule: Schedule, divisors: dict[str, int] | None = None) -> KernelDef:
+    """The thread-level kernel of `program` (meta-parameters bound) under `schedule`.
+
+    `divisors` states known divisibility of scalar parameters (K by the group size)."""
+    if schedule.kind != "simd_splitk":
+        raise LowerError(f"unknown schedule {schedule.kind!r}")
+    return _Lowering(program, schedule, divisors or {}).lower()

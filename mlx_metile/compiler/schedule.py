@@ -1,0 +1,80 @@
+"""Schedule choice: how a projection tile program maps onto threads.
+
+`simd_splitk` (the only schedule so far): each threadgroup owns BN = SG*NC
+output columns and BM rows. Each SIMD group owns NC columns; its 32 lanes
+split K, lane l taking VK consecutive k per step (k = 32*VK*kb + VK*l + v), and
+every lane keeps BM x NC f32 accumulators in registers, so each weight element
+it loads serves all BM rows. A `simd_sum` per accumulator ends the K loop.
+
+Row invariance: a row's sum order depends only on VK (fixed per weight format)
+and the fixed `simd_sum` tree, never on BM or NC, so a row's bits do not depend
+on how many rows share the call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ROW_BUCKETS = (1, 2, 4, 8, 16, 32)
+MAX_ROWS_PER_PROGRAM = 32
+# f32 accumulators one lane may hold (BM * NC * accumulators); a GPU thread
+# has about 128 32-bit registers before occupancy suffers.
+ACCUMULATOR_BUDGET = 64
+SIMD_WIDTH = 32
+
+
+@dataclass(frozen=True)
+class Schedule:
+    kind: str
+    BM: int  # rows per program instance (registers)
+    NC: int  # output columns per SIMD group
+    SG: int  # SIMD groups per threadgroup
+    VK: int  # consecutive k per lane per step
+
+    @property
+    def BN(self) -> int:
+        return self.SG * self.NC
+
+    @property
+    def BK(self) -> int:
+        return SIMD_WIDTH * self.VK
+
+    @property
+    def threads(self) -> int:
+        return SIMD_WIDTH * self.SG
+
+    def meta(self) -> dict[str, int]:
+        return {"BM": self.BM, "BN": self.BN, "BK": self.BK}
+
+    def grid(self, rows: int, cols: int) -> tuple[int, int, int]:
+        return (-(-cols // self.BN), -(-rows // self.BM), 1)
+
+    def describe(self) -> str:
+        return (f"schedule {self.kind}: BM={self.BM} rows, SG={self.SG} simdgroups x NC={self.NC} columns, "
+                f"VK={self.VK} k per lane (BK={self.BK})")
+
+
+def row_bucket(rows: int) -> int:
+    for b in ROW_BUCKETS:
+        if rows <= b:
+            return b
+    return MAX_ROWS_PER_PROGRAM
+
+
+def k_per_lane(weight_bits: tuple[int, ...], weight_dtypes: tuple[str, ...]) -> int:
+    """Consecutive k per lane: a whole packed word for quantized weights
+    (8 values of 4 bits, 4 of 8 bits), 16 bytes for dense ones. One value
+    for all weights of a fused call, so they share the x loads."""
+    vk = 1
+    for bits, dtype in zip(weight_bits, weight_dtypes):
+        if bits:
+            vk = max(vk, 32 // bits)
+        else:
+            vk = max(vk, 4 if dtype == "f32" else 8)
+    return vk
+
+
+def choose(rows: int, accumulators: int, weight_bits: tuple[int, ...], weight_dtypes: tuple[str, ...]) -> Schedule:
+    bm = row_bucket(rows)
+    nc = max(1, min(4, ACCUMULATOR_BUDGET // (bm * accumulators)))
+    return Schedule("simd_splitk", BM=bm, NC=nc, SG=2, VK=k_per_lane(weight_bits, weight_dtypes))

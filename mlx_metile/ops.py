@@ -1,0 +1,305 @@
+"""The public ops: projections computed by compiled tile kernels.
+
+Every op flattens x's leading dimensions into rows, checks its arguments
+(ValueError / TypeError naming the argument), compiles (once per spec and row
+bucket) and builds one MLX array node; evaluation happens lazily like any MLX
+op, on the stream's device:
+
+- CPU: the C++ implementation, or with MLX_METILE_EMULATE=1 the generated MSL
+  run through the Metal-on-CPU emulator;
+- Metal (macOS builds): the generated MSL;
+- any other device without a kernel path: the stock MLX composition
+  (`reference.py`), recorded as backend "mlx" in `mlx_metile.trace()`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence, Union
+
+import mlx.core as mx
+
+from . import _ext
+from .compiler.schedule import row_bucket
+from .reference import fused_reference
+from .runtime import compile_projection, emulation_enabled, emulator_object
+from .spec import EPILOGUE_CODES, EPILOGUES, ProjectionSpec, WeightFormat
+from .trace import TraceRecord, record
+
+_DTYPES = {mx.float32: "f32", mx.float16: "f16", mx.bfloat16: "bf16"}
+SUPPORTED_BITS = (4, 8)
+SUPPORTED_GROUP_SIZES = (32, 64, 128)
+StreamLike = Union[mx.Stream, mx.Device, None]
+
+
+def _float_dtype(a: mx.array, what: str) -> str:
+    if a.dtype not in _DTYPES:
+        raise TypeError(f"{what}: dtype {a.dtype} is not supported; use float32, float16 or bfloat16")
+    return _DTYPES[a.dtype]
+
+
+def _require_array(a, what: str) -> mx.array:
+    if not isinstance(a, mx.array):
+        raise TypeError(f"{what}: expected an mlx.core.array, got {type(a).__name__}")
+    return a
+
+
+class QuantizedWeight:
+    """A weight in MLX's affine quantized format, used as stored (no repacking):
+    `w` uint32 [N, K*bits/32] packed least-significant bits first, `scales` and
+    `biases` [N, K/group_size]; element (n, k) is scales*q + biases."""
+
+    def __init__(self, w: mx.array, scales: mx.array, biases: mx.array, group_size: int = 64, bits: int = 4):
+        w = _require_array(w, "w")
+        scales = _require_array(scales, "scales")
+        biases = _require_array(biases, "biases")
+        if bits not in SUPPORTED_BITS:
+            raise ValueError(f"bits: {bits} is not supported; use one of {SUPPORTED_BITS}")
+        if group_size not in SUPPORTED_GROUP_SIZES:
+            raise ValueError(f"group_size: {group_size} is not supported; use one of {SUPPORTED_GROUP_SIZES}")
+        if w.dtype != mx.uint32 or w.ndim != 2:
+            raise ValueError(f"w: expected a 2-D uint32 array of packed values, got {w.dtype} with shape {w.shape}")
+        n, words = w.shape
+        k = words * 32 // bits
+        if k % group_size:
+            raise ValueError(f"group_size: K={k} (from w's {words} words per row at bits={bits}) is not a multiple of {group_size}")
+        expect = (n, k // group_size)
+        for name, a in (("scales", scales), ("biases", biases)):
+            if tuple(a.shape) != expect:
+                raise ValueError(f"{name}: expected shape {expect} for N={n}, K={k}, group_size={group_size}, got {a.shape}")
+            _float_dtype(a, name)
+        if scales.dtype != biases.dtype:
+            raise ValueError(f"biases: dtype {biases.dtype} differs from scales' {scales.dtype}")
+        self.w, self.scales, self.biases = w, scales, biases
+        self.group_size, self.bits = group_size, bits
+
+    @property
+    def N(self) -> int:
+        return self.w.shape[0]
+
+    @property
+    def K(self) -> int:
+        return self.w.shape[1] * 32 // self.bits
+
+    @classmethod
+    def from_quantized_linear(cls, layer) -> QuantizedWeight:
+        """From an `mlx.nn.QuantizedLinear` (affine mode)."""
+        mode = getattr(layer, "mode", "affine")
+        if mode != "affine":
+            raise ValueError(f"layer: quantization mode {mode!r} is not supported; only 'affine'")
+        return cls(layer.weight, layer.scales, layer.biases, layer.group_size, layer.bits)
+
+    def __repr__(self) -> str:
+        return f"QuantizedWeight(N={self.N}, K={self.K}, bits={self.bits}, group_size={self.group_size})"
+
+
+Weight = Union[mx.array, QuantizedWeight]
+
+
+def _weight_format(w: Weight, bias: mx.array | None, i: int) -> WeightFormat:
+    bias_dtype = _float_dtype(bias, f"biases[{i}]") if bias is not None else "f32"
+    if isinstance(w, QuantizedWeight):
+        return WeightFormat(_DTYPES[w.scales.dtype], w.bits, w.group_size, bias is not None, bias_dtype)
+    return WeightFormat(_float_dtype(w, f"weights[{i}]"), 0, 0, bias is not None, bias_dtype)
+
+
+def _stream(stream: StreamLike) -> mx.Stream:
+    if stream is None:
+        return mx.default_stream(mx.default_device())
+    if isinstance(stream, mx.Device):
+        return mx.default_stream(stream)
+    if isinstance(stream, mx.Stream):
+        return stream
+    raise TypeError(f"stream: expected an mlx Stream, Device or None, got {type(stream).__name__}")
+
+
+def _backend(stream: mx.Stream) -> str:
+    if stream.device.type == mx.DeviceType.cpu:
+        return "emulator" if emulation_enabled() else "cpu"
+    if _ext.HAS_METAL:
+        return "metal"
+    if _ext.HAS_CUDA:
+        return "cuda"
+    return "mlx"
+
+
+def _project(
+    op: str,
+    x: mx.array,
+    weights: Sequence[Weight],
+    biases: Sequence[mx.array | None],
+    epilogue: str | None,
+    residual: mx.array | None,
+    stream: StreamLike,
+) -> list[mx.array]:
+    x = _require_array(x, "x")
+    act = _float_dtype(x, "x")
+    if x.ndim < 1:
+        raise ValueError("x: expected at least one dimension (..., K)")
+    K = x.shape[-1]
+    lead = tuple(x.shape[:-1])
+    rows = math.prod(lead)
+    if rows == 0 or K == 0:
+        raise ValueError(f"x: empty input of shape {tuple(x.shape)}")
+    if not weights:
+        raise ValueError("weights: at least one weight is needed")
+    for i, w in enumerate(weights):
+        if isinstance(w, QuantizedWeight):
+            if w.K != K:
+                raise ValueError(f"weights[{i}]: K={w.K} does not match x's last dimension {K}")
+            continue
+        w = _require_array(w, f"weights[{i}]")
+        _float_dtype(w, f"weights[{i}]")
+        if w.ndim != 2:
+            raise ValueError(f"weights[{i}]: expected a 2-D [N, K] array, got shape {tuple(w.shape)}")
+        if w.shape[1] != K:
+            raise ValueError(f"weights[{i}]: K={w.shape[1]} does not match x's last dimension {K}")
+    Ns = [w.N if isinstance(w, QuantizedWeight) else w.shape[0] for w in weights]
+    if len(biases) != len(weights):
+        raise ValueError(f"biases: expected {len(weights)} entries (one per weight, None for none), got {len(biases)}")
+    for i, (b, n) in enumerate(zip(biases, Ns)):
+        if b is None:
+            continue
+        b = _require_array(b, f"biases[{i}]")
+        _float_dtype(b, f"biases[{i}]")
+        if tuple(b.shape) != (n,):
+            raise ValueError(f"biases[{i}]: expected shape ({n},), got {tuple(b.shape)}")
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"epilogue: {epilogue!r} is not one of {EPILOGUES}")
+    if epilogue == "swiglu":
+        if len(weights) != 2:
+            raise ValueError(f"epilogue: 'swiglu' takes exactly two weights (gate, up), got {len(weights)}")
+        if Ns[0] != Ns[1]:
+            raise ValueError(f"weights: gate and up must have the same N for 'swiglu', got {Ns[0]} and {Ns[1]}")
+    single = epilogue == "swiglu" or len(weights) == 1
+    if residual is not None:
+        residual = _require_array(residual, "residual")
+        if not single:
+            raise ValueError("residual: a residual is added to a single output; it needs one weight or 'swiglu'")
+        if tuple(residual.shape) != lead + (Ns[0],):
+            raise ValueError(f"residual: expected shape {lead + (Ns[0],)}, got {tuple(residual.shape)}")
+        _float_dtype(residual, "residual")
+
+    # The output dtype follows MLX's promotion of x with the dense weights.
+    out_dtype = x.dtype
+    for w in weights:
+        if isinstance(w, mx.array):
+            out_dtype = (mx.zeros((1,), out_dtype) + mx.zeros((1,), w.dtype)).dtype
+    if out_dtype != x.dtype:
+        x = x.astype(out_dtype)
+        act = _DTYPES[out_dtype]
+    if residual is not None and residual.dtype != out_dtype:
+        residual = residual.astype(out_dtype)
+
+    s = _stream(stream)
+    backend = _backend(s)
+    formats = tuple(_weight_format(w, b, i) for i, (w, b) in enumerate(zip(weights, biases)))
+    names = tuple(f"q{f.bits}g{f.group_size}" if f.quantized else f.dtype for f in formats)
+    x2 = x.reshape(rows, K)
+    res2 = residual.reshape(rows, Ns[0]) if residual is not None else None
+
+    if backend == "mlx":
+        outs = fused_reference(x2, weights, biases, epilogue, res2)
+        record(TraceRecord(op, rows, K, tuple(Ns), names, epilogue, residual is not None, backend, None))
+        return [o.reshape(*lead, o.shape[-1]) for o in outs]
+
+    spec = ProjectionSpec(act, formats, epilogue, residual is not None)
+    artifact = compile_projection(spec, row_bucket(rows), "msl")
+    inputs: list[mx.array] = [x2]
+    for w, b in zip(weights, biases):
+        if isinstance(w, QuantizedWeight):
+            inputs += [w.w, w.scales, w.biases]
+        else:
+            inputs.append(w)
+        if b is not None:
+            inputs.append(b)
+    if res2 is not None:
+        inputs.append(res2)
+    scalars = {"M": rows, "K": K, **{f"N{i}": n for i, n in enumerate(Ns)}}
+    bindings, n_in, n_out = [], 0, 0
+    for p in artifact.params:
+        if p.kind == "scalar":
+            bindings.append((2, scalars[p.name]))
+        elif p.output:
+            bindings.append((1, n_out))
+            n_out += 1
+        else:
+            bindings.append((0, n_in))
+            n_in += 1
+    out_ns = [Ns[0]] if single else Ns
+    cols = Ns[0] if epilogue == "swiglu" else sum(Ns)
+    obj = emulator_object(artifact) if backend == "emulator" else ""
+    outs = _ext.tile_kernel(
+        inputs,
+        [[rows, n] for n in out_ns],
+        [out_dtype] * len(out_ns),
+        artifact.target,
+        artifact.source,
+        artifact.entry,
+        artifact.grid(rows, cols),
+        artifact.threads_per_group,
+        bindings,
+        artifact.key,
+        [f.bits for f in formats],
+        [f.group_size for f in formats],
+        [int(f.has_bias) for f in formats],
+        EPILOGUE_CODES[epilogue],
+        residual is not None,
+        obj,
+        stream=s,
+    )
+    record(TraceRecord(op, rows, K, tuple(Ns), names, epilogue, residual is not None, backend, artifact.entry))
+    return [o.reshape(*lead, n) for o, n in zip(outs, out_ns)]
+
+
+def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None, *, stream: StreamLike = None) -> mx.array:
+    """`x @ weight.T + bias` with weight [N, K] as `nn.Linear` stores it; x is [..., K]."""
+    try:
+        return _project("linear", x, [weight], [bias], None, None, stream)[0]
+    except ValueError as e:
+        raise ValueError(str(e).replace("weights[0]", "weight").replace("biases[0]", "bias")) from None
+    except TypeError as e:
+        raise TypeError(str(e).replace("weights[0]", "weight").replace("biases[0]", "bias")) from None
+
+
+def quantized_linear(
+    x: mx.array,
+    w: mx.array,
+    scales: mx.array,
+    biases: mx.array,
+    *,
+    group_size: int = 64,
+    bits: int = 4,
+    bias: mx.array | None = None,
+    stream: StreamLike = None,
+) -> mx.array:
+    """`mx.quantized_matmul(x, w, scales, biases, transpose=True, group_size, bits)` (+ bias)."""
+    qw = QuantizedWeight(w, scales, biases, group_size, bits)
+    try:
+        return _project("quantized_linear", x, [qw], [bias], None, None, stream)[0]
+    except ValueError as e:
+        raise ValueError(str(e).replace("weights[0]", "w").replace("biases[0]", "bias")) from None
+
+
+def fused_linear(
+    x: mx.array,
+    weights: Sequence[Weight],
+    *,
+    biases: Sequence[mx.array | None] | None = None,
+    epilogue: str | None = None,
+    residual: mx.array | None = None,
+    stream: StreamLike = None,
+) -> mx.array | list[mx.array]:
+    """Several projections of one x, reading x once.
+
+    - epilogue=None: one output per weight (q/k/v);
+    - "swiglu": two weights (gate, up) -> silu(x@W0.T) * (x@W1.T);
+    - "gelu" / "gelu_approx" / "silu": applied to each output;
+    - residual: added to the single output (down projection + residual).
+    Biases, epilogue and residual are applied in f32 and rounded once.
+    Returns a list when there are several outputs, else one array."""
+    if isinstance(weights, (mx.array, QuantizedWeight)) or not isinstance(weights, (list, tuple)):
+        raise TypeError("weights: expected a list or tuple of arrays / QuantizedWeight")
+    bs = list(biases) if biases is not None else [None] * len(weights)
+    outs = _project("fused_linear", x, list(weights), bs, epilogue, residual, stream)
+    return outs[0] if len(outs) == 1 and (epilogue == "swiglu" or residual is not None or len(weights) == 1) else outs

@@ -1,0 +1,55 @@
+"""The stock MLX composition each mlx_metile op replaces. Used as the fallback
+where no kernel path exists for a device, and as the baseline in benchmarks."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import mlx.core as mx
+
+
+def _silu(v: mx.array) -> mx.array:
+    return v * mx.sigmoid(v)
+
+
+def _gelu(v: mx.array) -> mx.array:
+    return 0.5 * v * (1.0 + mx.erf(v * 0.70710678118654752))
+
+
+def _gelu_approx(v: mx.array) -> mx.array:
+    return 0.5 * v * (1.0 + mx.tanh(0.79788456080286536 * (v + 0.044715 * v * v * v)))
+
+
+EPILOGUE_FNS = {"silu": _silu, "gelu": _gelu, "gelu_approx": _gelu_approx}
+
+
+def project(x: mx.array, weight) -> mx.array:
+    """x @ W.T for a dense array or a QuantizedWeight."""
+    if isinstance(weight, mx.array):
+        return x @ weight.T
+    return mx.quantized_matmul(
+        x, weight.w, weight.scales, weight.biases, transpose=True, group_size=weight.group_size, bits=weight.bits
+    )
+
+
+def fused_reference(
+    x: mx.array,
+    weights: Sequence,
+    biases: Sequence[mx.array | None],
+    epilogue: str | None,
+    residual: mx.array | None,
+) -> list[mx.array]:
+    """Separate projections, then the epilogue, in the output dtype as MLX users write it."""
+    zs = []
+    for w, b in zip(weights, biases):
+        z = project(x, w)
+        zs.append(z + b if b is not None else z)
+    if epilogue == "swiglu":
+        outs = [_silu(zs[0]) * zs[1]]
+    elif epilogue is not None:
+        outs = [EPILOGUE_FNS[epilogue](z) for z in zs]
+    else:
+        outs = zs
+    if residual is not None:
+        outs = [outs[0] + residual]
+    return outs

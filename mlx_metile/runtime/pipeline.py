@@ -1,0 +1,46 @@
+"""spec -> tile program -> schedule -> thread-level kernel -> source: each
+stage a plain function, the whole cached per (spec, row bucket, target)."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+from ..codegen import RENDERERS
+from ..compiler import choose, lower
+from ..ir import bind_meta, format_program, verify
+from ..kernels import projection_program
+from ..spec import ProjectionSpec
+from .artifact import Artifact
+from .debug import dump
+
+
+@lru_cache(maxsize=512)
+def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "msl") -> Artifact:
+    if target not in RENDERERS:
+        raise ValueError(f"unknown target {target!r}; known: {sorted(RENDERERS)}")
+    program = projection_program(spec)
+    schedule = choose(rows_bucket, spec.accumulators, tuple(w.bits for w in spec.weights),
+                      tuple(w.dtype for w in spec.weights))
+    bound = bind_meta(program, schedule.meta())
+    verify(bound)
+    dump("ir", spec.name(), format_program(bound))
+    dump("schedule", spec.name(), schedule.describe())
+    kernel = lower(bound, schedule, {"K": spec.k_divisor})
+    kernel.name = f"{spec.name()}_m{schedule.BM}"
+    source = RENDERERS[target]().render(kernel)
+    dump(target, kernel.name, source)
+    return Artifact(target, source, kernel.name, schedule, tuple(kernel.params))
+
+
+@lru_cache(maxsize=512)
+def emulator_object(artifact: Artifact) -> str:
+    """Build the MSL artifact for the CPU emulator; the path of its object."""
+    from ..emu.build import build_kernel
+    from ..emu.translate import translate
+
+    return str(build_kernel(translate(artifact.source, artifact.entry)))
+
+
+def emulation_enabled() -> bool:
+    return os.environ.get("MLX_METILE_EMULATE", "") not in ("", "0")

@@ -1,0 +1,63 @@
+"""What a projection call computes, independent of any target: the value the
+whole pipeline is keyed by (spec -> tile program -> schedule -> artifact)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EPILOGUES = (None, "swiglu", "gelu", "gelu_approx", "silu")
+EPILOGUE_CODES = {None: 0, "swiglu": 1, "gelu": 2, "gelu_approx": 3, "silu": 4}
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """One weight as MLX stores it: dense [N, K] of `dtype`, or affine
+    quantized (uint32-packed `bits`-bit values, scales/biases of `dtype` per
+    `group_size` columns)."""
+
+    dtype: str  # element dtype (dense) or scales/biases dtype (quantized)
+    bits: int = 0  # 0 = dense
+    group_size: int = 0
+    has_bias: bool = False
+    bias_dtype: str = "f32"
+
+    @property
+    def quantized(self) -> bool:
+        return self.bits != 0
+
+
+@dataclass(frozen=True)
+class ProjectionSpec:
+    act_dtype: str  # x, outputs and residual
+    weights: tuple[WeightFormat, ...]
+    epilogue: str | None = None
+    has_residual: bool = False
+
+    @property
+    def outputs(self) -> int:
+        return 1 if self.epilogue == "swiglu" or self.has_residual else len(self.weights)
+
+    @property
+    def accumulators(self) -> int:
+        """Column sets accumulated separately: two for SwiGLU (gate, up),
+        else one over the weights' concatenated columns."""
+        return 2 if self.epilogue == "swiglu" else 1
+
+    @property
+    def k_divisor(self) -> int:
+        """K is a multiple of every quantized weight's group size."""
+        d = 1
+        for w in self.weights:
+            if w.quantized:
+                d = max(d, w.group_size)
+        return d
+
+    def name(self) -> str:
+        parts = []
+        for w in self.weights:
+            parts.append(f"q{w.bits}g{w.group_size}{w.dtype}" if w.quantized else w.dtype)
+            if w.has_bias:
+                parts[-1] += "b"
+        tail = f"_{self.epilogue}" if self.epilogue else ""
+        tail += "_res" if self.has_residual else ""
+        return f"proj_{self.act_dtype}_{'_'.join(parts)}{tail}"

@@ -1,0 +1,65 @@
+"""`with mlx_metile.trace() as t:` records each op call so users can see what
+was accelerated and how."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TraceRecord:
+    op: str  # "linear" | "quantized_linear" | "fused_linear"
+    rows: int
+    K: int
+    N: tuple[int, ...]
+    weight_format: tuple[str, ...]  # e.g. ("bf16",) or ("q4g64",)
+    epilogue: str | None
+    residual: bool
+    backend: str  # "cpu" | "emulator" | "metal" | "cuda" | "mlx" (stock fallback)
+    kernel: str | None  # entry point of the compiled kernel, if one ran
+
+
+class Trace:
+    def __init__(self) -> None:
+        self.records: list[TraceRecord] = []
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self):
+        return iter(self.records)
+
+    def summary(self) -> str:
+        lines = [f"{len(self.records)} mlx_metile op calls"]
+        for r in self.records:
+            lines.append(
+                f"  {r.op:16s} rows={r.rows:<4d} K={r.K:<6d} N={','.join(map(str, r.N)):<14s} "
+                f"{'+'.join(r.weight_format):10s} epilogue={r.epilogue} residual={r.residual} backend={r.backend}"
+            )
+        return "\n".join(lines)
+
+
+_local = threading.local()
+
+
+def _active() -> list[Trace]:
+    if not hasattr(_local, "traces"):
+        _local.traces = []
+    return _local.traces
+
+
+@contextmanager
+def trace():
+    t = Trace()
+    _active().append(t)
+    try:
+        yield t
+    finally:
+        _active().remove(t)
+
+
+def record(rec: TraceRecord) -> None:
+    for t in _active():
+        t.records.append(rec)
