@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import mlx.core as mx
+import numpy as np
 
 
 def _silu(v: mx.array) -> mx.array:
@@ -53,3 +54,14 @@ def fused_reference(
     if residual is not None:
         outs = [outs[0] + residual]
     return outs
+
+
+def dequantize_exact(w: mx.array, scales: mx.array, biases: mx.array, group_size: int, bits: int) -> np.ndarray:
+    """MLX affine-quantized weights as float64: scales * q + biases, without rounding."""
+    words = np.array(w).astype(np.uint64)
+    per_word = 32 // bits
+    shifts = (np.arange(per_word, dtype=np.uint64) * bits)[None, None, :]
+    q = ((words[:, :, None] >> shifts) & ((1 << bits) - 1)).reshape(words.shape[0], -1).astype(np.float64)
+    s = np.repeat(np.array(scales.astype(mx.float32), np.float64), group_size, axis=1)
+    b = np.repeat(np.array(biases.astype(mx.float32), np.float64), group_size, axis=1)
+    return s * q + b

@@ -119,7 +119,9 @@ class _Lowering:
             if self.epilogue_at is None:
                 raise LowerError(f"{self.p.name}: an accumulator is read before the K loop ends")
             r, n, c = self.epilogue_at
-            if idx != (r, n):
+            # a size-1 dimension (BM == 1) is indexed by 0 under broadcasting
+            want = tuple(Poly.const(0) if d == 1 else i for d, i in zip(v.type.shape, (r, n)))
+            if idx != want:
                 raise LowerError(f"{self.p.name}: an epilogue reads the accumulator at another element")
             return Elem("f32", text=f"acc{self.acc[v.id]}[r][{c}]")
         key = ("elem", v.id, idx)

@@ -47,10 +47,18 @@ struct WeightView {
 
 // Row n of the weight as f32: dense converted, or affine dequantised
 // (w = scale * q + bias, q unpacked least-significant bits first).
+template <class T>
+void convert_row(const T* src, int64_t K, float* out) {
+  for (int64_t k = 0; k < K; ++k) out[k] = static_cast<float>(src[k]);
+}
+
 void weight_row(const WeightView& v, int64_t n, int64_t K, float* out) {
   if (v.bits == 0) {
-    for (int64_t k = 0; k < K; ++k) out[k] = load_float(*v.w, n * K + k);
-    return;
+    switch (v.w->dtype()) {
+      case mx::float32: return convert_row(v.w->data<float>() + n * K, K, out);
+      case mx::float16: return convert_row(v.w->data<mx::float16_t>() + n * K, K, out);
+      default: return convert_row(v.w->data<mx::bfloat16_t>() + n * K, K, out);
+    }
   }
   const uint32_t* packed = v.w->data<uint32_t>();
   int64_t words_per_row = K * v.bits / 32;
@@ -63,6 +71,17 @@ void weight_row(const WeightView& v, int64_t n, int64_t K, float* out) {
     int64_t g = n * groups + k / v.group;
     out[k] = load_float(*v.scales, g) * q + load_float(*v.biases, g);
   }
+}
+
+// Eight interleaved partial sums, combined pairwise: a fixed order (so a row's
+// result never depends on the other rows) that compilers vectorise.
+float dot(const float* a, const float* b, int64_t K) {
+  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8)
+    for (int j = 0; j < 8; ++j) part[j] += a[k + j] * b[k + j];
+  for (int j = 0; k < K; ++k, ++j) part[j] += a[k] * b[k];
+  return ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
 }
 
 }  // namespace
@@ -103,12 +122,7 @@ void cpu_projection(const ProjectionDesc& d, const std::vector<mx::array>& in, s
       for (int64_t n = n0; n < n1; ++n) {
         weight_row(v, n, K, wrow.data());
         float b = v.bias ? load_float(*v.bias, n) : 0.0f;
-        for (int64_t m = 0; m < M; ++m) {
-          const float* xr = xf.data() + m * K;
-          float s = 0.0f;
-          for (int64_t k = 0; k < K; ++k) s = std::fma(xr[k], wrow[k], s);
-          acc[i][m * v.n + n] = s + b;
-        }
+        for (int64_t m = 0; m < M; ++m) acc[i][m * v.n + n] = dot(xf.data() + m * K, wrow.data(), K) + b;
       }
     };
     std::vector<std::thread> pool;

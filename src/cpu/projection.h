@@ -1,5 +1,6 @@
 // The CPU implementation of ProjectionDesc: the semantics every target's
-// kernel is held to (f32 accumulation in k order, one rounding at the end).
+// kernel is held to (f32 accumulation in an order that does not depend on the
+// number of rows, one rounding at the end).
 #pragma once
 
 #include <vector>

@@ -1,0 +1,39 @@
+"""Shared test helpers: random MLX data and tolerance rules with their reasons."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+# Significand bits of each dtype: one rounding of a result costs 2**-bits relative.
+SIGNIFICAND = {mx.float32: 24, mx.float16: 11, mx.bfloat16: 8}
+
+
+def rand(shape, dtype, seed, scale=1.0) -> mx.array:
+    rng = np.random.default_rng(seed)
+    return mx.array((rng.standard_normal(shape) * scale).astype(np.float32)).astype(dtype)
+
+
+def f64(a: mx.array) -> np.ndarray:
+    return np.array(a.astype(mx.float32), dtype=np.float64)
+
+
+def projection_tolerance(x: np.ndarray, w: np.ndarray, out_dtype, roundings: int = 1, bias=None) -> np.ndarray:
+    """Allowed |result - exact| per element: `roundings` roundings of the output
+    to its dtype, plus f32 accumulation error (K * 2**-24 * sum |x||w|)."""
+    k = x.shape[-1]
+    mag = np.abs(x) @ np.abs(w).T
+    exact = x @ w.T + (bias if bias is not None else 0)
+    out_ulp = 2.0 ** -SIGNIFICAND[out_dtype]
+    return roundings * out_ulp * np.abs(exact) + k * 2.0**-24 * mag + 1e-30
+
+
+def assert_close(got: mx.array, exact: np.ndarray, tol: np.ndarray, what: str = "") -> None:
+    err = np.abs(f64(got) - exact)
+    bad = err > tol
+    assert not bad.any(), f"{what}: {bad.sum()} elements beyond tolerance; worst error {err.max():.3g} vs tol {tol[bad].min():.3g}"
+
+
+def bits(a: mx.array) -> np.ndarray:
+    """The raw bit patterns of a float array, for bit-exact comparisons."""
+    return np.array(a.view(mx.uint32 if a.dtype == mx.float32 else mx.uint16))
