@@ -38,7 +38,9 @@ def demo(args: argparse.Namespace) -> int:
     w = (mx.random.normal((N, K)) * K**-0.5).astype(dtype)
     b = mx.random.normal((N,)).astype(dtype)
     wq, sq, bq = mx.quantize(w, group_size=64, bits=4)
-    print(f"{'op':28s} {'rows':>4s} {'err ours':>10s} {'err stock':>10s} {'ok':>3s} {'mlx-metile':>11s} {'stock MLX':>11s}")
+    print(
+        f"{'op':28s} {'rows':>4s} {'err ours':>10s} {'err stock':>10s} {'ok':>3s} {'mlx-metile':>11s} {'stock MLX':>11s}"
+    )
     w64, b64 = _f64(w), _f64(b)
     wq64 = dequantize_exact(wq, sq, bq, 64, 4)
     ulp = {mx.float32: 2.0**-24, mx.float16: 2.0**-11, mx.bfloat16: 2.0**-8}[dtype]

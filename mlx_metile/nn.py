@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import mlx.core as mx
 import mlx.nn as mlx_nn
@@ -57,8 +57,9 @@ class QuantizedLinear(mlx_nn.Module):
         return out
 
     def __call__(self, x: mx.array) -> mx.array:
-        return quantized_linear(x, self.weight, self.scales, self.biases, group_size=self.group_size,
-                                bits=self.bits, bias=self.get("bias"))
+        return quantized_linear(
+            x, self.weight, self.scales, self.biases, group_size=self.group_size, bits=self.bits, bias=self.get("bias")
+        )
 
 
 def _as_weight(layer) -> tuple[Weight, mx.array | None]:
@@ -89,5 +90,6 @@ class FusedLinear(mlx_nn.Module):
 
     def __call__(self, x: mx.array, residual: mx.array | None = None):
         pairs = [_as_weight(layer) for layer in self.layers]
-        return fused_linear(x, [w for w, _ in pairs], biases=[b for _, b in pairs], epilogue=self.epilogue,
-                            residual=residual)
+        return fused_linear(
+            x, [w for w, _ in pairs], biases=[b for _, b in pairs], epilogue=self.epilogue, residual=residual
+        )

@@ -15,7 +15,7 @@ op, on the stream's device:
 from __future__ import annotations
 
 import math
-from typing import Sequence, Union
+from collections.abc import Sequence
 
 import mlx.core as mx
 
@@ -29,7 +29,7 @@ from .trace import TraceRecord, record
 _DTYPES = {mx.float32: "f32", mx.float16: "f16", mx.bfloat16: "bf16"}
 SUPPORTED_BITS = (4, 8)
 SUPPORTED_GROUP_SIZES = (32, 64, 128)
-StreamLike = Union[mx.Stream, mx.Device, None]
+StreamLike = mx.Stream | mx.Device | None
 
 
 def _float_dtype(a: mx.array, what: str) -> str:
@@ -62,11 +62,15 @@ class QuantizedWeight:
         n, words = w.shape
         k = words * 32 // bits
         if k % group_size:
-            raise ValueError(f"group_size: K={k} (from w's {words} words per row at bits={bits}) is not a multiple of {group_size}")
+            raise ValueError(
+                f"group_size: K={k} (from w's {words} words per row at bits={bits}) is not a multiple of {group_size}"
+            )
         expect = (n, k // group_size)
         for name, a in (("scales", scales), ("biases", biases)):
             if tuple(a.shape) != expect:
-                raise ValueError(f"{name}: expected shape {expect} for N={n}, K={k}, group_size={group_size}, got {a.shape}")
+                raise ValueError(
+                    f"{name}: expected shape {expect} for N={n}, K={k}, group_size={group_size}, got {a.shape}"
+                )
             _float_dtype(a, name)
         if scales.dtype != biases.dtype:
             raise ValueError(f"biases: dtype {biases.dtype} differs from scales' {scales.dtype}")
@@ -93,7 +97,7 @@ class QuantizedWeight:
         return f"QuantizedWeight(N={self.N}, K={self.K}, bits={self.bits}, group_size={self.group_size})"
 
 
-Weight = Union[mx.array, QuantizedWeight]
+Weight = mx.array | QuantizedWeight
 
 
 def _weight_format(w: Weight, bias: mx.array | None, i: int) -> WeightFormat:

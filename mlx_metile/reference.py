@@ -3,7 +3,7 @@ where no kernel path exists for a device, and as the baseline in benchmarks."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import mlx.core as mx
 import numpy as np

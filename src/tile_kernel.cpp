@@ -45,15 +45,14 @@ std::vector<mx::array> reference(const ProjectionDesc& d, const std::vector<mx::
       switch (d.epilogue) {
         case Epilogue::Silu: outs.push_back(silu(v)); break;
         case Epilogue::Gelu:
-          outs.push_back(mx::multiply(mx::multiply(v, mx::array(0.5f), s),
-                                      mx::add(mx::array(1.0f), mx::erf(mx::multiply(v, mx::array(0.70710678f), s), s),
-                                              s),
-                                      s));
+          outs.push_back(
+              mx::multiply(mx::multiply(v, mx::array(0.5f), s),
+                           mx::add(mx::array(1.0f), mx::erf(mx::multiply(v, mx::array(0.70710678f), s), s), s), s));
           break;
         case Epilogue::GeluApprox: {
-          mx::array inner = mx::multiply(
-              mx::array(0.79788456f),
-              mx::add(v, mx::multiply(mx::array(0.044715f), mx::power(v, mx::array(3.0f), s), s), s), s);
+          mx::array inner =
+              mx::multiply(mx::array(0.79788456f),
+                           mx::add(v, mx::multiply(mx::array(0.044715f), mx::power(v, mx::array(3.0f), s), s), s), s);
           outs.push_back(
               mx::multiply(mx::multiply(v, mx::array(0.5f), s), mx::add(mx::array(1.0f), mx::tanh(inner, s), s), s));
           break;
@@ -88,15 +87,13 @@ void TileKernel::eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::
 #ifdef METILE_METAL
   eval_metal(*this, stream(), inputs, outputs);
 #else
-  throw std::runtime_error(
-      "mlx_metile: this build has no GPU path for target '" + artifact_.target +
-      "' (Metal is built on macOS only; the CUDA path needs MLX's CUDA build)");
+  throw std::runtime_error("mlx_metile: this build has no GPU path for target '" + artifact_.target +
+                           "' (Metal is built on macOS only; the CUDA path needs MLX's CUDA build)");
 #endif
 }
 
-std::vector<mx::array> TileKernel::vjp(const std::vector<mx::array>& primals,
-                                       const std::vector<mx::array>& cotangents, const std::vector<int>& argnums,
-                                       const std::vector<mx::array>& outputs) {
+std::vector<mx::array> TileKernel::vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                                       const std::vector<int>& argnums, const std::vector<mx::array>& outputs) {
   std::vector<mx::Dtype> dtypes;
   for (const auto& o : outputs) dtypes.push_back(o.dtype());
   auto s = stream();

@@ -53,8 +53,8 @@ struct ProjectionDesc {
   bool has_residual = false;
 
   bool operator==(const ProjectionDesc& o) const {
-    return bits == o.bits && group_size == o.group_size && has_bias == o.has_bias &&
-           epilogue == o.epilogue && has_residual == o.has_residual;
+    return bits == o.bits && group_size == o.group_size && has_bias == o.has_bias && epilogue == o.epilogue &&
+           has_residual == o.has_residual;
   }
   int num_weights() const { return static_cast<int>(bits.size()); }
 };
@@ -70,9 +70,8 @@ class TileKernel : public mx::Primitive {
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
   void eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override;
 
-  std::vector<mx::array> vjp(const std::vector<mx::array>& primals,
-                             const std::vector<mx::array>& cotangents, const std::vector<int>& argnums,
-                             const std::vector<mx::array>& outputs) override;
+  std::vector<mx::array> vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                             const std::vector<int>& argnums, const std::vector<mx::array>& outputs) override;
   std::vector<mx::array> jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
                              const std::vector<int>& argnums) override;
 
@@ -91,7 +90,7 @@ class TileKernel : public mx::Primitive {
 
 // Builds the array node. Inputs are made row-contiguous here.
 std::vector<mx::array> tile_kernel(const std::vector<mx::array>& inputs, const std::vector<mx::Shape>& out_shapes,
-                                   const std::vector<mx::Dtype>& out_dtypes, Artifact artifact,
-                                   ProjectionDesc desc, std::string emulator_object, mx::StreamOrDevice s = {});
+                                   const std::vector<mx::Dtype>& out_dtypes, Artifact artifact, ProjectionDesc desc,
+                                   std::string emulator_object, mx::StreamOrDevice s = {});
 
 }  // namespace mlx_metile

@@ -31,7 +31,9 @@ def projection_tolerance(x: np.ndarray, w: np.ndarray, out_dtype, roundings: int
 def assert_close(got: mx.array, exact: np.ndarray, tol: np.ndarray, what: str = "") -> None:
     err = np.abs(f64(got) - exact)
     bad = err > tol
-    assert not bad.any(), f"{what}: {bad.sum()} elements beyond tolerance; worst error {err.max():.3g} vs tol {tol[bad].min():.3g}"
+    assert not bad.any(), (
+        f"{what}: {bad.sum()} elements beyond tolerance; worst error {err.max():.3g} vs tol {tol[bad].min():.3g}"
+    )
 
 
 def bits(a: mx.array) -> np.ndarray:

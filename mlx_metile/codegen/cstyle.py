@@ -90,7 +90,9 @@ class CStyleRenderer:
             elif isinstance(s, Loop):
                 if s.unroll and self.unroll_pragma:
                     out.append(f"{pad}{self.unroll_pragma}")
-                out.append(f"{pad}for (int {s.var} = {self.expr(s.start)}; {self.expr(s.cond)}; {s.var} += {s.step}) {{")
+                out.append(
+                    f"{pad}for (int {s.var} = {self.expr(s.start)}; {self.expr(s.cond)}; {s.var} += {s.step}) {{"
+                )
                 out += self.stmts(s.body, depth + 1)
                 out.append(f"{pad}}}")
             elif isinstance(s, If):

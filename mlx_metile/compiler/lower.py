@@ -138,16 +138,21 @@ class _Lowering:
     def render_op(self, op: Op, idx: tuple[Poly, ...], scope: _Scope) -> Elem:
         k, dtype = op.kind, op.result.type.dtype
         shape = op.result.type.shape
-        args = [self.elem(a, self.arg_index(a, shape, idx), scope) if k not in ("expand_dims", "trans") else None
-                for a in op.args]
+        args = [
+            self.elem(a, self.arg_index(a, shape, idx), scope) if k not in ("expand_dims", "trans") else None
+            for a in op.args
+        ]
         if k == "const":
             val = op.attrs["value"]
             if dtype in ("i32", "u32"):
                 return Elem(dtype, poly=Poly.const(int(val))) if dtype == "i32" else Elem(dtype, text=f"{int(val)}u")
             if dtype == "bool":
                 return Elem(dtype, text="true" if val else "false")
-            return Elem("f32", text=_float_literal(val)) if dtype == "f32" else Elem(
-                dtype, text=f"@cvt_{dtype}_f32({_float_literal(val)})")
+            return (
+                Elem("f32", text=_float_literal(val))
+                if dtype == "f32"
+                else Elem(dtype, text=f"@cvt_{dtype}_f32({_float_literal(val)})")
+            )
         if k == "program_id":
             return Elem("i32", poly=Poly.sym(f"pid{op.attrs['axis']}"))
         if k == "arange":
@@ -156,8 +161,11 @@ class _Lowering:
             val = op.attrs["value"]
             if dtype in ("i32",):
                 return Elem(dtype, poly=Poly.const(int(val)))
-            return Elem("f32", text=_float_literal(val)) if dtype == "f32" else Elem(
-                dtype, text=f"@cvt_{dtype}_f32({_float_literal(val)})")
+            return (
+                Elem("f32", text=_float_literal(val))
+                if dtype == "f32"
+                else Elem(dtype, text=f"@cvt_{dtype}_f32({_float_literal(val)})")
+            )
         if k == "expand_dims":
             ax = op.attrs["axis"]
             return self.elem(op.args[0], idx[:ax] + idx[ax + 1 :], scope)
@@ -215,8 +223,7 @@ class _Lowering:
             else:
                 text = f"({x} {dict(add='+', sub='-', mul='*', div='/')[name]} {y})"
             return self.temp(scope, dtype, text if dtype == "f32" else f"@cvt_{dtype}_f32({text})")
-        ops = {"add": "+", "sub": "-", "mul": "*", "floordiv": "/", "mod": "%", "shr": ">>", "shl": "<<",
-               "bitand": "&"}
+        ops = {"add": "+", "sub": "-", "mul": "*", "floordiv": "/", "mod": "%", "shr": ">>", "shl": "<<", "bitand": "&"}
         if name not in ops:
             raise LowerError(f"{self.p.name}: integer op {name} is not supported")
         return self.temp(scope, dtype, f"({self.to(a, dtype)} {ops[name]} {self.to(b, dtype)})")

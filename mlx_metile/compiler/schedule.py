@@ -50,8 +50,10 @@ class Schedule:
         return (-(-cols // self.BN), -(-rows // self.BM), 1)
 
     def describe(self) -> str:
-        return (f"schedule {self.kind}: BM={self.BM} rows, SG={self.SG} simdgroups x NC={self.NC} columns, "
-                f"VK={self.VK} k per lane (BK={self.BK})")
+        return (
+            f"schedule {self.kind}: BM={self.BM} rows, SG={self.SG} simdgroups x NC={self.NC} columns, "
+            f"VK={self.VK} k per lane (BK={self.BK})"
+        )
 
 
 def row_bucket(rows: int) -> int:

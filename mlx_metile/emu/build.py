@@ -215,9 +215,7 @@ def symbolize(so: Path, offset: int) -> str | None:
     tool = tool_beside_clang("llvm-symbolizer")
     if not tool or offset <= 0:
         return None
-    res = subprocess.run(
-        [tool, f"--obj={so}", hex(offset - 1)], capture_output=True, text=True, check=False
-    )
+    res = subprocess.run([tool, f"--obj={so}", hex(offset - 1)], capture_output=True, text=True, check=False)
     for line in res.stdout.split("\n"):
         m = re.match(r"(.*\.metal):(\d+)", line.strip())
         if m:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, Union
 
 import numpy as np
 
@@ -46,7 +46,7 @@ _SCALAR_DTYPES = {
     "uint64_t": np.uint64,
 }
 
-BufferArg = Union[np.ndarray, bytes, bytearray, memoryview, int, float, None]
+BufferArg = np.ndarray | bytes | bytearray | memoryview | int | float | None
 
 
 class EmulatorError(RuntimeError):
@@ -164,7 +164,9 @@ class Kernel:
             raw = np.array([arg], dtype=dtype)
             keep.append(raw)
             return raw.ctypes.data, raw.nbytes, None
-        raise TypeError(f"buffers[{index}]: expected a numpy array, bytes, int, float or None, got {type(arg).__name__}")
+        raise TypeError(
+            f"buffers[{index}]: expected a numpy array, bytes, int, float or None, got {type(arg).__name__}"
+        )
 
     def _launch(
         self,

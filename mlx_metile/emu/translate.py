@@ -30,9 +30,7 @@ POSITION_SCALARS = {
     "thread_execution_width": "threads_per_simdgroup",
     "simdgroups_per_threadgroup": "simdgroups_per_threadgroup",
 }
-_VECTOR_CTOR = re.compile(
-    r"\b((?:float|half|bfloat|int|uint|short|ushort|char|uchar|long|ulong|bool)[234])\s*\("
-)
+_VECTOR_CTOR = re.compile(r"\b((?:float|half|bfloat|int|uint|short|ushort|char|uchar|long|ulong|bool)[234])\s*\(")
 _VEC_TEMPLATE_CTOR = re.compile(r"\bvec\s*<([^<>;(){}]*)>\s*\(")
 _ADDRESS_WORDS = {"device", "constant", "threadgroup", "thread", "const", "volatile"}
 

@@ -3,8 +3,8 @@ so that `a + b`, `rows[:, None] < M` and friends read like the math."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import contextmanager
-from typing import Sequence
 
 from .nodes import (
     COMPARISONS,
@@ -63,25 +63,59 @@ class T:
         a, c = (o, self) if swap else (self, o)
         return self.b.binary(op, a, c)
 
-    def __add__(self, o): return self._bin("add", o)
-    def __radd__(self, o): return self._bin("add", o, True)
-    def __sub__(self, o): return self._bin("sub", o)
-    def __rsub__(self, o): return self._bin("sub", o, True)
-    def __mul__(self, o): return self._bin("mul", o)
-    def __rmul__(self, o): return self._bin("mul", o, True)
-    def __truediv__(self, o): return self._bin("div", o)
-    def __floordiv__(self, o): return self._bin("floordiv", o)
-    def __mod__(self, o): return self._bin("mod", o)
-    def __rshift__(self, o): return self._bin("shr", o)
-    def __lshift__(self, o): return self._bin("shl", o)
+    def __add__(self, o):
+        return self._bin("add", o)
+
+    def __radd__(self, o):
+        return self._bin("add", o, True)
+
+    def __sub__(self, o):
+        return self._bin("sub", o)
+
+    def __rsub__(self, o):
+        return self._bin("sub", o, True)
+
+    def __mul__(self, o):
+        return self._bin("mul", o)
+
+    def __rmul__(self, o):
+        return self._bin("mul", o, True)
+
+    def __truediv__(self, o):
+        return self._bin("div", o)
+
+    def __floordiv__(self, o):
+        return self._bin("floordiv", o)
+
+    def __mod__(self, o):
+        return self._bin("mod", o)
+
+    def __rshift__(self, o):
+        return self._bin("shr", o)
+
+    def __lshift__(self, o):
+        return self._bin("shl", o)
+
     def __and__(self, o):
         return self._bin("and" if self.dtype == "bool" else "bitand", o)
-    def __or__(self, o): return self._bin("or", o)
-    def __lt__(self, o): return self._bin("lt", o)
-    def __le__(self, o): return self._bin("le", o)
-    def __gt__(self, o): return self._bin("gt", o)
-    def __ge__(self, o): return self._bin("ge", o)
-    def __neg__(self): return self.b.unary("neg", self)
+
+    def __or__(self, o):
+        return self._bin("or", o)
+
+    def __lt__(self, o):
+        return self._bin("lt", o)
+
+    def __le__(self, o):
+        return self._bin("le", o)
+
+    def __gt__(self, o):
+        return self._bin("gt", o)
+
+    def __ge__(self, o):
+        return self._bin("ge", o)
+
+    def __neg__(self):
+        return self.b.unary("neg", self)
 
     def __getitem__(self, index) -> T:
         """Only `[:, None]` / `[None, :]` style axis insertion."""
@@ -229,16 +263,26 @@ class Builder:
         if loop.yielded is None or len(loop.yielded) != len(init):
             raise ValueError("a loop must yield one value per carried value")
         results = tuple(Value(v.type, f"r{i}") for i, v in enumerate(init))
-        node = For(iv, start.v, stop.v, step.v, tuple(v.v for v in init), carried, body,
-                   tuple(v.v for v in loop.yielded), results)
+        node = For(
+            iv,
+            start.v,
+            stop.v,
+            step.v,
+            tuple(v.v for v in init),
+            carried,
+            body,
+            tuple(v.v for v in loop.yielded),
+            results,
+        )
         self._stack[-1].append(node)
         loop.results = [T(self, r) for r in results]
 
     def build(self) -> Program:
         if len(self._stack) != 1:
             raise ValueError("unterminated loop")
-        return Program(self.name, list(self.params), self._stack[0], self.grid_rank, dict(self.meta),
-                       dict(self.param_values))
+        return Program(
+            self.name, list(self.params), self._stack[0], self.grid_rank, dict(self.meta), dict(self.param_values)
+        )
 
 
 class _Loop:

@@ -155,8 +155,10 @@ def _op(program: Program, n: Op, env: dict, flat: dict, pid) -> None:
         mask = np.broadcast_to(a[1], offsets.shape) if len(a) > 1 else np.ones(offsets.shape, bool)
         live = offsets[mask]
         if live.size and (live.min() < 0 or live.max() >= buf.size):
-            raise IndexError(f"load from {p.name!r} at offset {int(live.max() if live.max() >= buf.size else live.min())} "
-                             f"outside its {buf.size} elements")
+            raise IndexError(
+                f"load from {p.name!r} at offset {int(live.max() if live.max() >= buf.size else live.min())} "
+                f"outside its {buf.size} elements"
+            )
         vals = _read(buf, p.dtype, np.where(mask, offsets, 0))
         r = _as_dtype(np.where(mask, vals, n.attrs["other"]), dtype)
     elif k == "store":

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Union
 
 DTYPES = ("f32", "f16", "bf16", "i32", "u32", "bool")
 FLOAT_DTYPES = ("f32", "f16", "bf16")
 
-Dim = Union[int, str]
+Dim = int | str
 
 BINARY_OPS = {
     "add": "+",

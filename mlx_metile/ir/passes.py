@@ -34,9 +34,17 @@ def bind_meta(program: Program, values: dict[str, int]) -> Program:
         for n in nodes:
             if isinstance(n, For):
                 out.append(
-                    For(val(n.iv), val(n.start), val(n.stop), val(n.step), tuple(map(val, n.init)),
-                        tuple(map(val, n.carried)), body(n.body), tuple(map(val, n.yields)),
-                        tuple(map(val, n.results)))
+                    For(
+                        val(n.iv),
+                        val(n.start),
+                        val(n.stop),
+                        val(n.step),
+                        tuple(map(val, n.init)),
+                        tuple(map(val, n.carried)),
+                        body(n.body),
+                        tuple(map(val, n.yields)),
+                        tuple(map(val, n.results)),
+                    )
                 )
             elif n.kind == "meta":
                 out.append(Op("const", (), {"value": values[n.attrs["name"]]}, val(n.result)))
@@ -46,8 +54,9 @@ def bind_meta(program: Program, values: dict[str, int]) -> Program:
 
     new_body = body(program.body)
     params = {k: val(v) for k, v in program.param_values.items()}
-    return Program(program.name, list(program.params), new_body, program.grid_rank,
-                   {k: values[k] for k in program.meta}, params)
+    return Program(
+        program.name, list(program.params), new_body, program.grid_rank, {k: values[k] for k in program.meta}, params
+    )
 
 
 def users(program: Program) -> dict[int, list]:

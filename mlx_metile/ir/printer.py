@@ -19,7 +19,9 @@ def format_program(program: Program) -> str:
             if isinstance(n, For):
                 carry = ", ".join(f"{c!r} = {i!r}" for c, i in zip(n.carried, n.init))
                 res = ", ".join(map(repr, n.results))
-                lines.append(f"{pad}{res} = for {n.iv!r} in range({n.start!r}, {n.stop!r}, {n.step!r}) carry({carry}) {{")
+                lines.append(
+                    f"{pad}{res} = for {n.iv!r} in range({n.start!r}, {n.stop!r}, {n.step!r}) carry({carry}) {{"
+                )
                 emit(n.body, indent + 1)
                 lines.append(f"{pad}  yield {', '.join(map(repr, n.yields))}")
                 lines.append(f"{pad}}}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .nodes import BINARY_OPS, DTYPES, For, Op, Program, broadcast_shapes
+from .nodes import BINARY_OPS, DTYPES, For, Program, broadcast_shapes
 
 
 class VerifyError(ValueError):
@@ -52,7 +52,11 @@ def verify(program: Program, *, bound: bool = True) -> None:
                     raise VerifyError(f"{program.name}: {n.kind} of unknown buffer {n.attrs['buffer']!r}")
                 if n.args[0].type.dtype not in ("i32", "u32"):
                     raise VerifyError(f"{program.name}: {n.kind} offsets must be integers")
-                mask = n.args[-1] if (n.kind == "load" and len(n.args) == 2) or (n.kind == "store" and len(n.args) == 3) else None
+                mask = (
+                    n.args[-1]
+                    if (n.kind == "load" and len(n.args) == 2) or (n.kind == "store" and len(n.args) == 3)
+                    else None
+                )
                 if mask is not None:
                     if mask.type.dtype != "bool":
                         raise VerifyError(f"{program.name}: {n.kind} mask must be bool")

@@ -20,8 +20,9 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
     if target not in RENDERERS:
         raise ValueError(f"unknown target {target!r}; known: {sorted(RENDERERS)}")
     program = projection_program(spec)
-    schedule = choose(rows_bucket, spec.accumulators, tuple(w.bits for w in spec.weights),
-                      tuple(w.dtype for w in spec.weights))
+    schedule = choose(
+        rows_bucket, spec.accumulators, tuple(w.bits for w in spec.weights), tuple(w.dtype for w in spec.weights)
+    )
     bound = bind_meta(program, schedule.meta())
     verify(bound)
     dump("ir", spec.name(), format_program(bound))

@@ -11,9 +11,7 @@ namespace mlx_metile {
 
 float silu(float v) { return v / (1.0f + std::exp(-v)); }
 float gelu(float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); }
-float gelu_approx(float v) {
-  return 0.5f * v * (1.0f + std::tanh(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-}
+float gelu_approx(float v) { return 0.5f * v * (1.0f + std::tanh(0.79788456080286536f * (v + 0.044715f * v * v * v))); }
 
 namespace {
 

@@ -9,8 +9,7 @@
 
 namespace mlx_metile {
 
-void cpu_projection(const ProjectionDesc& desc, const std::vector<mx::array>& inputs,
-                    std::vector<mx::array>& outputs);
+void cpu_projection(const ProjectionDesc& desc, const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs);
 
 // f32 epilogue functions shared by the CPU path.
 float silu(float v);

@@ -75,9 +75,8 @@ void emulated_dispatch(const std::string& object_path, const Artifact& a, const 
   }
   metile_result result;
   if (k.dispatch(k.info, &launch, &result) != METILE_OK) {
-    std::string where = result.fault_line > 0
-                            ? std::string(result.fault_file) + ":" + std::to_string(result.fault_line) + ": "
-                            : "";
+    std::string where =
+        result.fault_line > 0 ? std::string(result.fault_file) + ":" + std::to_string(result.fault_line) + ": " : "";
     char pc[64] = "";
     if (result.fault_line <= 0 && result.fault_pc_offset)
       std::snprintf(pc, sizeof pc, " (code offset 0x%llx in %s)",

@@ -10,7 +10,7 @@
 
 namespace mlx_metile {
 
-void emulated_dispatch(const std::string& object_path, const Artifact& artifact,
-                       const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs);
+void emulated_dispatch(const std::string& object_path, const Artifact& artifact, const std::vector<mx::array>& inputs,
+                       std::vector<mx::array>& outputs);
 
 }  // namespace mlx_metile

@@ -59,7 +59,9 @@ def test_out_of_bounds_device_access(index):
 }}"""
     )
     x = np.zeros(13, np.float32)
-    with pytest.raises(KernelFault, match=r"k\.metal:5: .*out-of-bounds device access: write of 4 bytes at buffer\(0\)") as e:
+    with pytest.raises(
+        KernelFault, match=r"k\.metal:5: .*out-of-bounds device access: write of 4 bytes at buffer\(0\)"
+    ) as e:
         k.dispatch_threadgroups(1, 4, [x, 13])
     assert e.value.kind == "out_of_bounds"
     assert not x.any(), "a faulting dispatch must not write results back"
@@ -74,7 +76,9 @@ def test_read_of_threadgroup_memory_never_written():
   x[i] = t[i];
 }"""
     )
-    with pytest.raises(KernelFault, match=r"k\.metal:7: .*read of threadgroup memory never written: 4 bytes at offset 124") as e:
+    with pytest.raises(
+        KernelFault, match=r"k\.metal:7: .*read of threadgroup memory never written: 4 bytes at offset 124"
+    ) as e:
         k.dispatch_threadgroups(1, 32, [np.zeros(32, np.float32)])
     assert e.value.kind == "uninitialized_threadgroup_read"
 
@@ -159,8 +163,10 @@ def test_lint_rejects_mutable_program_scope_variable():
     with pytest.raises(CompileError, match="program-scope variable `counter` is not `constant`"):
         kernel("float counter;\nkernel void k(device float* x [[buffer(0)]]) { x[0] = counter; }")
     # a constant table is fine
-    k = kernel("constant float table[3] = {1.0f, 2.0f, 4.0f};\n"
-               "kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] = table[i]; }")
+    k = kernel(
+        "constant float table[3] = {1.0f, 2.0f, 4.0f};\n"
+        "kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] = table[i]; }"
+    )
     x = np.zeros(3, np.float32)
     k.dispatch_threadgroups(1, 3, [x])
     np.testing.assert_array_equal(x, [1, 2, 4])

@@ -96,9 +96,7 @@ def test_half_and_bfloat_round_after_every_operation_bit_exactly(rng):
     h_out = np.zeros((n, 3), np.float16)
     b_out = np.zeros((n, 3), np.uint16)
     f_out = np.zeros(n, np.float32)
-    Kernel(K.HALF_BFLOAT_OPS, "low_precision").dispatch_threads(
-        n, 256, [a, b, h_out, c_bits, d_bits, b_out, f_out]
-    )
+    Kernel(K.HALF_BFLOAT_OPS, "low_precision").dispatch_threads(n, 256, [a, b, h_out, c_bits, d_bits, b_out, f_out])
     # numpy float16 ops round each result to float16
     np.testing.assert_array_equal(h_out[:, 0].view(np.uint16), (a * b + a).view(np.uint16))
     np.testing.assert_array_equal(h_out[:, 1].view(np.uint16), ((a - b) * (a + b)).view(np.uint16))

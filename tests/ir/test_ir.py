@@ -61,8 +61,9 @@ def test_interpreter_bounds_checks_unmasked_loads():
 
 
 def test_printer_shows_loop_and_types():
-    text = format_program(bind_meta(projection_program(ProjectionSpec("bf16", (WeightFormat("bf16"),))),
-                                    {"BM": 4, "BN": 8, "BK": 256}))
+    text = format_program(
+        bind_meta(projection_program(ProjectionSpec("bf16", (WeightFormat("bf16"),))), {"BM": 4, "BN": 8, "BK": 256})
+    )
     assert "program proj_bf16_bf16(x: bf16*, w0: bf16*, y0: bf16* out, M: i32, K: i32, N0: i32)" in text
     assert "= for %k0 in range(" in text and "dot(" in text and ": f32[4, 8]" in text
 

@@ -8,6 +8,7 @@ import pytest
 import mlx_metile as mt
 from mlx_metile.runtime import compile_projection
 
+from ..conftest import requires_emulator
 from ..helpers import SIGNIFICAND, assert_close, bits, f64, projection_tolerance, rand
 
 DTYPES = [mx.float32, mx.float16, mx.bfloat16]
@@ -32,6 +33,7 @@ def test_cpu_path_matches_mlx(dtype, with_bias, rows):
     assert_close(y, f64(ref), tol + ulp * (np.abs(f64(x) @ f64(w).T) + np.abs(exact)), "vs stock MLX")
 
 
+@requires_emulator
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_emulated_msl_every_row_count(dtype, with_bias, monkeypatch):
@@ -125,13 +127,33 @@ def test_rows_are_invariant_to_batch_size():
 @pytest.mark.parametrize(
     "args,exc,message",
     [
-        (lambda: (rand((3, 8), mx.float32, 1), rand((4, 9), mx.float32, 2)), ValueError, r"weight: K=9 does not match x's last dimension 8"),
-        (lambda: (rand((3, 8), mx.float32, 1), rand((4, 8, 1), mx.float32, 2)), ValueError, r"weight: expected a 2-D \[N, K\] array"),
-        (lambda: (mx.ones((3, 8), mx.int32), rand((4, 8), mx.float32, 2)), TypeError, r"x: dtype mlx.core.int32 is not supported"),
+        (
+            lambda: (rand((3, 8), mx.float32, 1), rand((4, 9), mx.float32, 2)),
+            ValueError,
+            r"weight: K=9 does not match x's last dimension 8",
+        ),
+        (
+            lambda: (rand((3, 8), mx.float32, 1), rand((4, 8, 1), mx.float32, 2)),
+            ValueError,
+            r"weight: expected a 2-D \[N, K\] array",
+        ),
+        (
+            lambda: (mx.ones((3, 8), mx.int32), rand((4, 8), mx.float32, 2)),
+            TypeError,
+            r"x: dtype mlx.core.int32 is not supported",
+        ),
         (lambda: (rand((3, 8), mx.float32, 1), mx.ones((4, 8), mx.int32)), TypeError, r"weight: dtype mlx.core.int32"),
-        (lambda: (rand((0, 8), mx.float32, 1), rand((4, 8), mx.float32, 2)), ValueError, r"x: empty input of shape \(0, 8\)"),
+        (
+            lambda: (rand((0, 8), mx.float32, 1), rand((4, 8), mx.float32, 2)),
+            ValueError,
+            r"x: empty input of shape \(0, 8\)",
+        ),
         (lambda: (mx.array(1.0), rand((4, 8), mx.float32, 2)), ValueError, r"x: expected at least one dimension"),
-        (lambda: (np.ones((3, 8), np.float32), rand((4, 8), mx.float32, 2)), TypeError, r"x: expected an mlx.core.array"),
+        (
+            lambda: (np.ones((3, 8), np.float32), rand((4, 8), mx.float32, 2)),
+            TypeError,
+            r"x: expected an mlx.core.array",
+        ),
     ],
 )
 def test_bad_input_is_named(args, exc, message):

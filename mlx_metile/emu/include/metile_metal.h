@@ -21,9 +21,9 @@ typedef __PTRDIFF_TYPE__ ptrdiff_t;
 template <class T, int N>
 using vec = T __attribute__((ext_vector_type(N)));
 
-#define METILE_VEC_TYPES(T)    \
-  typedef vec<T, 2> T##2;      \
-  typedef vec<T, 3> T##3;      \
+#define METILE_VEC_TYPES(T) \
+  typedef vec<T, 2> T##2;   \
+  typedef vec<T, 3> T##3;   \
   typedef vec<T, 4> T##4;
 METILE_VEC_TYPES(float)
 METILE_VEC_TYPES(half)
@@ -72,17 +72,28 @@ struct same<A, A> {
 
 template <class T>
 constexpr int type_code() {
-  if constexpr (same<T, float>::value) return METILE_T_F32;
-  else if constexpr (same<T, half>::value) return METILE_T_F16;
-  else if constexpr (same<T, bfloat>::value) return METILE_T_BF16;
-  else if constexpr (same<T, int>::value) return METILE_T_I32;
-  else if constexpr (same<T, uint>::value || same<T, bool>::value) return METILE_T_U32;
-  else if constexpr (same<T, short>::value) return METILE_T_I16;
-  else if constexpr (same<T, ushort>::value) return METILE_T_U16;
-  else if constexpr (same<T, char>::value || same<T, signed char>::value) return METILE_T_I8;
-  else if constexpr (same<T, uchar>::value) return METILE_T_U8;
-  else if constexpr (same<T, long>::value || same<T, long long>::value) return METILE_T_I64;
-  else return METILE_T_U64;
+  if constexpr (same<T, float>::value)
+    return METILE_T_F32;
+  else if constexpr (same<T, half>::value)
+    return METILE_T_F16;
+  else if constexpr (same<T, bfloat>::value)
+    return METILE_T_BF16;
+  else if constexpr (same<T, int>::value)
+    return METILE_T_I32;
+  else if constexpr (same<T, uint>::value || same<T, bool>::value)
+    return METILE_T_U32;
+  else if constexpr (same<T, short>::value)
+    return METILE_T_I16;
+  else if constexpr (same<T, ushort>::value)
+    return METILE_T_U16;
+  else if constexpr (same<T, char>::value || same<T, signed char>::value)
+    return METILE_T_I8;
+  else if constexpr (same<T, uchar>::value)
+    return METILE_T_U8;
+  else if constexpr (same<T, long>::value || same<T, long long>::value)
+    return METILE_T_I64;
+  else
+    return METILE_T_U64;
 }
 
 // Vector constructors: float4(x), float4(a, b, c, d), float4(xy, zw),
@@ -161,25 +172,65 @@ inline void simdgroup_barrier(mem_flags, METILE_SITE) {
 }
 
 // ---- SIMD-group functions
-template <class T> inline T simd_sum(T v, METILE_SITE) { return __metile::collective(METILE_OP_SUM, v, 0, __file, __line); }
-template <class T> inline T simd_product(T v, METILE_SITE) { return __metile::collective(METILE_OP_PRODUCT, v, 0, __file, __line); }
-template <class T> inline T simd_max(T v, METILE_SITE) { return __metile::collective(METILE_OP_MAX, v, 0, __file, __line); }
-template <class T> inline T simd_min(T v, METILE_SITE) { return __metile::collective(METILE_OP_MIN, v, 0, __file, __line); }
-template <class T> inline T simd_and(T v, METILE_SITE) { return __metile::collective(METILE_OP_AND, v, 0, __file, __line); }
-template <class T> inline T simd_or(T v, METILE_SITE) { return __metile::collective(METILE_OP_OR, v, 0, __file, __line); }
-template <class T> inline T simd_xor(T v, METILE_SITE) { return __metile::collective(METILE_OP_XOR, v, 0, __file, __line); }
-template <class T> inline T simd_shuffle(T v, ushort lane, METILE_SITE) { return __metile::collective(METILE_OP_SHUFFLE, v, lane, __file, __line); }
-template <class T> inline T simd_shuffle_down(T v, ushort d, METILE_SITE) { return __metile::collective(METILE_OP_SHUFFLE_DOWN, v, d, __file, __line); }
-template <class T> inline T simd_shuffle_up(T v, ushort d, METILE_SITE) { return __metile::collective(METILE_OP_SHUFFLE_UP, v, d, __file, __line); }
-template <class T> inline T simd_shuffle_xor(T v, ushort m, METILE_SITE) { return __metile::collective(METILE_OP_SHUFFLE_XOR, v, m, __file, __line); }
-template <class T> inline T simd_broadcast(T v, ushort lane, METILE_SITE) { return __metile::collective(METILE_OP_BROADCAST, v, lane, __file, __line); }
-inline bool simd_all(bool b, METILE_SITE) { return __metile::collective(METILE_OP_AND, (uint)b, 0, __file, __line) != 0; }
-inline bool simd_any(bool b, METILE_SITE) { return __metile::collective(METILE_OP_OR, (uint)b, 0, __file, __line) != 0; }
+template <class T>
+inline T simd_sum(T v, METILE_SITE) {
+  return __metile::collective(METILE_OP_SUM, v, 0, __file, __line);
+}
+template <class T>
+inline T simd_product(T v, METILE_SITE) {
+  return __metile::collective(METILE_OP_PRODUCT, v, 0, __file, __line);
+}
+template <class T>
+inline T simd_max(T v, METILE_SITE) {
+  return __metile::collective(METILE_OP_MAX, v, 0, __file, __line);
+}
+template <class T>
+inline T simd_min(T v, METILE_SITE) {
+  return __metile::collective(METILE_OP_MIN, v, 0, __file, __line);
+}
+template <class T>
+inline T simd_and(T v, METILE_SITE) {
+  return __metile::collective(METILE_OP_AND, v, 0, __file, __line);
+}
+template <class T>
+inline T simd_or(T v, METILE_SITE) {
+  return __metile::collective(METILE_OP_OR, v, 0, __file, __line);
+}
+template <class T>
+inline T simd_xor(T v, METILE_SITE) {
+  return __metile::collective(METILE_OP_XOR, v, 0, __file, __line);
+}
+template <class T>
+inline T simd_shuffle(T v, ushort lane, METILE_SITE) {
+  return __metile::collective(METILE_OP_SHUFFLE, v, lane, __file, __line);
+}
+template <class T>
+inline T simd_shuffle_down(T v, ushort d, METILE_SITE) {
+  return __metile::collective(METILE_OP_SHUFFLE_DOWN, v, d, __file, __line);
+}
+template <class T>
+inline T simd_shuffle_up(T v, ushort d, METILE_SITE) {
+  return __metile::collective(METILE_OP_SHUFFLE_UP, v, d, __file, __line);
+}
+template <class T>
+inline T simd_shuffle_xor(T v, ushort m, METILE_SITE) {
+  return __metile::collective(METILE_OP_SHUFFLE_XOR, v, m, __file, __line);
+}
+template <class T>
+inline T simd_broadcast(T v, ushort lane, METILE_SITE) {
+  return __metile::collective(METILE_OP_BROADCAST, v, lane, __file, __line);
+}
+inline bool simd_all(bool b, METILE_SITE) {
+  return __metile::collective(METILE_OP_AND, (uint)b, 0, __file, __line) != 0;
+}
+inline bool simd_any(bool b, METILE_SITE) {
+  return __metile::collective(METILE_OP_OR, (uint)b, 0, __file, __line) != 0;
+}
 
 // ---- math (float computes; half/bfloat compute in float and round once)
-#define METILE_MATH1(NAME, EXPR)                                      \
-  template <class T>                                                  \
-  inline T NAME(T x) {                                                \
+#define METILE_MATH1(NAME, EXPR)                                     \
+  template <class T>                                                 \
+  inline T NAME(T x) {                                               \
     return __metile::map1(x, [](float v) { return (float)(EXPR); }); \
   }
 METILE_MATH1(exp, __builtin_expf(v))
@@ -225,11 +276,17 @@ inline T max(T a, T b) {
   return __metile::map2(a, b, [](auto x, auto y) { return x < y ? y : x; });
 }
 template <class T>
-inline T fmin(T a, T b) { return min(a, b); }
+inline T fmin(T a, T b) {
+  return min(a, b);
+}
 template <class T>
-inline T fmax(T a, T b) { return max(a, b); }
+inline T fmax(T a, T b) {
+  return max(a, b);
+}
 template <class T>
-inline T clamp(T x, T lo, T hi) { return min(max(x, lo), hi); }
+inline T clamp(T x, T lo, T hi) {
+  return min(max(x, lo), hi);
+}
 template <class T>
 inline T fma(T a, T b, T c) {
   using E = typename __metile::traits<T>::elem;
@@ -242,13 +299,21 @@ inline T fma(T a, T b, T c) {
   }
 }
 template <class T>
-inline T mix(T x, T y, T a) { return x + (y - x) * a; }
+inline T mix(T x, T y, T a) {
+  return x + (y - x) * a;
+}
 template <class T>
-inline T select(T a, T b, bool c) { return c ? b : a; }
+inline T select(T a, T b, bool c) {
+  return c ? b : a;
+}
 template <class T>
-inline bool isnan(T x) { return __builtin_isnan((float)x); }
+inline bool isnan(T x) {
+  return __builtin_isnan((float)x);
+}
 template <class T>
-inline bool isinf(T x) { return __builtin_isinf((float)x); }
+inline bool isinf(T x) {
+  return __builtin_isinf((float)x);
+}
 template <class T>
 inline typename __metile::traits<T>::elem dot(T a, T b) {
   typename __metile::traits<T>::elem s = 0;
@@ -332,8 +397,8 @@ inline void simdgroup_store(const simdgroup_matrix<T, 8, 8>& m, P* dst, ulong el
 }
 template <class TD, class TA, class TB, class TC>
 inline void simdgroup_multiply_accumulate(simdgroup_matrix<TD, 8, 8>& d, const simdgroup_matrix<TA, 8, 8>& a,
-                                          const simdgroup_matrix<TB, 8, 8>& b,
-                                          const simdgroup_matrix<TC, 8, 8>& c, METILE_SITE) {
+                                          const simdgroup_matrix<TB, 8, 8>& b, const simdgroup_matrix<TC, 8, 8>& c,
+                                          METILE_SITE) {
   float in[6] = {(float)a.elems[0], (float)a.elems[1], (float)b.elems[0],
                  (float)b.elems[1], (float)c.elems[0], (float)c.elems[1]};
   float out[2];

@@ -55,12 +55,12 @@ typedef struct metile_launch {
 
 enum metile_fault_kind {
   METILE_OK = 0,
-  METILE_FAULT_LAUNCH = 1,         /* bad launch parameters or limits */
-  METILE_FAULT_BARRIER = 2,        /* barrier divergence / thread left while others wait */
-  METILE_FAULT_COLLECTIVE = 3,     /* lanes in different collectives */
-  METILE_FAULT_OUT_OF_BOUNDS = 4,  /* device access outside every bound buffer */
+  METILE_FAULT_LAUNCH = 1,        /* bad launch parameters or limits */
+  METILE_FAULT_BARRIER = 2,       /* barrier divergence / thread left while others wait */
+  METILE_FAULT_COLLECTIVE = 3,    /* lanes in different collectives */
+  METILE_FAULT_OUT_OF_BOUNDS = 4, /* device access outside every bound buffer */
   METILE_FAULT_UNINIT_THREADGROUP = 5,
-  METILE_FAULT_SIGNAL = 6,         /* hardware trap: SIGSEGV, SIGFPE, SIGILL, SIGBUS */
+  METILE_FAULT_SIGNAL = 6, /* hardware trap: SIGSEGV, SIGFPE, SIGILL, SIGBUS */
   METILE_FAULT_DEADLOCK = 7
 };
 
@@ -76,8 +76,7 @@ typedef struct metile_result {
 } metile_result;
 
 /* Exported by the runtime library. Returns fault_kind. */
-int metile_emu_dispatch(const metile_kernel_info* kernel, const metile_launch* launch,
-                        metile_result* result);
+int metile_emu_dispatch(const metile_kernel_info* kernel, const metile_launch* launch, metile_result* result);
 
 #ifdef __cplusplus
 }

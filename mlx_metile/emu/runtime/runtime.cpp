@@ -18,8 +18,8 @@
 
 #include <algorithm>
 #include <limits>
-#include <type_traits>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "emu_abi.h"
@@ -134,8 +134,8 @@ std::mutex g_dispatch_mutex;  // threadgroup variables are static per kernel
 
 Fiber* pool_fiber(int i) {
   while ((int)g_pool.size() <= i) {
-    void* mem = mmap(nullptr, kStackSize + kGuard, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* mem =
+        mmap(nullptr, kStackSize + kGuard, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (mem == MAP_FAILED) return nullptr;
     mprotect(mem, kGuard, PROT_NONE);
     Fiber* f = new Fiber();
@@ -152,13 +152,13 @@ void fiber_prepare(Fiber* f) {
   // 16-aligned so the call in metile_fiber_start sees a normal frame.
   uintptr_t top = ((uintptr_t)(f->stack_lo + kStackSize)) & ~(uintptr_t)15;
   void** sp = (void**)top;
-  *--sp = (void*)&metile_fiber_start;    // return address
-  *--sp = nullptr;                       // rbp
-  *--sp = nullptr;                       // rbx
-  *--sp = (void*)f;                      // r12: argument
-  *--sp = (void*)&fiber_main;            // r13: function
-  *--sp = nullptr;                       // r14
-  *--sp = nullptr;                       // r15
+  *--sp = (void*)&metile_fiber_start;  // return address
+  *--sp = nullptr;                     // rbp
+  *--sp = nullptr;                     // rbx
+  *--sp = (void*)f;                    // r12: argument
+  *--sp = (void*)&fiber_main;          // r13: function
+  *--sp = nullptr;                     // r14
+  *--sp = nullptr;                     // r15
   uint32_t fpu[2];
   asm volatile("stmxcsr %0" : "=m"(fpu[0]));
   asm volatile("fnstcw %0" : "=m"(fpu[1]));
@@ -193,7 +193,6 @@ void fiber_main(void* arg) {
   va_end(ap);
   d->faulted = true;
   siglongjmp(d->jb, 1);  // abandons the fiber; its stack is reused
-
 }
 
 uintptr_t code_offset(void* pc) {
@@ -226,8 +225,8 @@ void on_signal(int sig, siginfo_t* info, void* uctx) {
     r->fault_file[0] = 0;
     bool overflow = addr >= g_cur->stack_lo - kGuard && addr < g_cur->stack_lo;
     snprintf(r->message, sizeof r->message, "%s%s (address %p)",
-             overflow ? "thread stack overflow (recursion or large local arrays): " : "",
-             signal_words(sig), (void*)addr);
+             overflow ? "thread stack overflow (recursion or large local arrays): " : "", signal_words(sig),
+             (void*)addr);
     d->faulted = true;
     siglongjmp(d->jb, 1);
   }
@@ -289,8 +288,7 @@ void describe_wild(char* out, size_t n, uintptr_t p) {
   int best = below >= 0 ? below : above;
   if (best >= 0) {
     long long off = (long long)(p - (uintptr_t)d->buffers[best].lo);
-    snprintf(out, n, "buffer(%d)%+lld, buffer is %llu bytes", best, off,
-             (unsigned long long)d->buffers[best].size);
+    snprintf(out, n, "buffer(%d)%+lld, buffer is %llu bytes", best, off, (unsigned long long)d->buffers[best].size);
   } else {
     snprintf(out, n, "address %p", (void*)p);
   }
@@ -315,10 +313,11 @@ __attribute__((noinline)) void check_access(const void* addr, uint64_t n, bool w
   if (p - (uintptr_t)d->tg_static_lo < d->tg_static_size) {
     uint64_t off = p - (uintptr_t)d->tg_static_lo;
     if (off + n > d->tg_static_size)
-      fault_at(METILE_FAULT_OUT_OF_BOUNDS, nullptr, 0, code_offset(pc),
-               "out-of-bounds threadgroup access: %s of %llu bytes at offset %llu of %llu bytes of threadgroup variables",
-               write ? "write" : "read", (unsigned long long)n, (unsigned long long)off,
-               (unsigned long long)d->tg_static_size);
+      fault_at(
+          METILE_FAULT_OUT_OF_BOUNDS, nullptr, 0, code_offset(pc),
+          "out-of-bounds threadgroup access: %s of %llu bytes at offset %llu of %llu bytes of threadgroup variables",
+          write ? "write" : "read", (unsigned long long)n, (unsigned long long)off,
+          (unsigned long long)d->tg_static_size);
     if (!check_shadow(d->shadow_static, off, n, write))
       fault_at(METILE_FAULT_UNINIT_THREADGROUP, nullptr, 0, code_offset(pc),
                "read of threadgroup memory never written: %llu bytes at offset %llu of the threadgroup variables",
@@ -343,8 +342,8 @@ __attribute__((noinline)) void check_access(const void* addr, uint64_t n, bool w
       if (p + n > (uintptr_t)b.lo + b.size)
         fault_at(METILE_FAULT_OUT_OF_BOUNDS, nullptr, 0, code_offset(pc),
                  "out-of-bounds device access: %s of %llu bytes at buffer(%d)+%llu straddles its end (%llu bytes)",
-                 write ? "write" : "read", (unsigned long long)n, i,
-                 (unsigned long long)(p - (uintptr_t)b.lo), (unsigned long long)b.size);
+                 write ? "write" : "read", (unsigned long long)n, i, (unsigned long long)(p - (uintptr_t)b.lo),
+                 (unsigned long long)b.size);
       if (write)
         d->result->bytes_written[i] += n;
       else
@@ -358,8 +357,8 @@ __attribute__((noinline)) void check_access(const void* addr, uint64_t n, bool w
   char where[160];
   describe_wild(where, sizeof where, p);
   fault_at(METILE_FAULT_OUT_OF_BOUNDS, nullptr, 0, code_offset(pc),
-           "out-of-bounds device access: %s of %llu bytes at %s", write ? "write" : "read",
-           (unsigned long long)n, where);
+           "out-of-bounds device access: %s of %llu bytes at %s", write ? "write" : "read", (unsigned long long)n,
+           where);
 }
 
 // ------------------------------------------------------------ collectives --
@@ -494,9 +493,18 @@ void resolve(Fiber** lanes, int op, int tcode, int width) {
 }
 
 const char* op_name(int op) {
-  static const char* names[] = {"simd_sum", "simd_product", "simd_max", "simd_min", "simd_and",
-                                "simd_or", "simd_xor", "simd_shuffle", "simd_shuffle_down",
-                                "simd_shuffle_up", "simd_shuffle_xor", "simd_broadcast",
+  static const char* names[] = {"simd_sum",
+                                "simd_product",
+                                "simd_max",
+                                "simd_min",
+                                "simd_and",
+                                "simd_or",
+                                "simd_xor",
+                                "simd_shuffle",
+                                "simd_shuffle_down",
+                                "simd_shuffle_up",
+                                "simd_shuffle_xor",
+                                "simd_broadcast",
                                 "simdgroup_multiply_accumulate"};
   return op >= 0 && op <= METILE_OP_MMA ? names[op] : "collective";
 }
@@ -540,8 +548,8 @@ bool resolve_simdgroups(Dispatch* d) {
         fault_at(METILE_FAULT_COLLECTIVE, f->site.file, f->site.line, 0,
                  "lanes of simdgroup %d wait in different collectives: lane %d in %s at line %d, "
                  "lane %d in %s at line %d",
-                 s, (int)first->ctx.thread_index_in_simdgroup, op_name(first->site.op),
-                 first->site.line, l, op_name(f->site.op), f->site.line);
+                 s, (int)first->ctx.thread_index_in_simdgroup, op_name(first->site.op), first->site.line, l,
+                 op_name(f->site.op), f->site.line);
     }
     resolve(lanes, first->site.op, first->tcode, first->width);
     for (Fiber* f : lanes)
@@ -565,13 +573,12 @@ bool resolve_barrier(Dispatch* d) {
   if (at_barrier + done != d->nthreads) return false;  // others still in collectives
   if (done)
     fault_at(METILE_FAULT_BARRIER, waiting->site.file, waiting->site.line, 0,
-             "threadgroup_barrier: %d of %d threads returned while %d wait at the barrier",
-             done, d->nthreads, at_barrier);
+             "threadgroup_barrier: %d of %d threads returned while %d wait at the barrier", done, d->nthreads,
+             at_barrier);
   for (Fiber* f : d->fibers)
     if (f->site.line != waiting->site.line || strcmp(f->site.file, waiting->site.file) != 0)
       fault_at(METILE_FAULT_BARRIER, f->site.file, f->site.line, 0,
-               "threads wait at different barriers: line %d and line %d", waiting->site.line,
-               f->site.line);
+               "threads wait at different barriers: line %d and line %d", waiting->site.line, f->site.line);
   for (Fiber* f : d->fibers) f->state = RUNNABLE;
   return true;
 }
@@ -580,8 +587,8 @@ bool resolve_barrier(Dispatch* d) {
   for (Fiber* f : d->fibers)
     if (f->state == WAIT_COLLECTIVE)
       fault_at(METILE_FAULT_COLLECTIVE, f->site.file, f->site.line, 0,
-               "%s: thread %u waits for lanes of its simdgroup that are at a barrier or elsewhere",
-               op_name(f->site.op), f->ctx.thread_index_in_threadgroup);
+               "%s: thread %u waits for lanes of its simdgroup that are at a barrier or elsewhere", op_name(f->site.op),
+               f->ctx.thread_index_in_threadgroup);
   fault_at(METILE_FAULT_DEADLOCK, nullptr, 0, 0, "threads cannot make progress");
 }
 
@@ -678,16 +685,12 @@ void metile_rt_collective(int op, int tcode, int width, const void* in, int nbyt
 uint32_t metile_rt_lane(void) { return g_cur ? g_cur->ctx.thread_index_in_simdgroup : 0; }
 
 // ThreadSanitizer instrumentation calls, defined here instead of by its runtime.
-#define METILE_TSAN_RW(N)                                                                   \
-  void __tsan_read##N(void* a) { check_access(a, N, false, __builtin_return_address(0)); }  \
-  void __tsan_write##N(void* a) { check_access(a, N, true, __builtin_return_address(0)); }  \
-  void __tsan_unaligned_read##N(void* a) {                                                  \
-    check_access(a, N, false, __builtin_return_address(0));                                \
-  }                                                                                         \
-  void __tsan_unaligned_write##N(void* a) {                                                 \
-    check_access(a, N, true, __builtin_return_address(0));                                  \
-  }                                                                                         \
-  void __tsan_volatile_read##N(void* a) { check_access(a, N, false, __builtin_return_address(0)); } \
+#define METILE_TSAN_RW(N)                                                                            \
+  void __tsan_read##N(void* a) { check_access(a, N, false, __builtin_return_address(0)); }           \
+  void __tsan_write##N(void* a) { check_access(a, N, true, __builtin_return_address(0)); }           \
+  void __tsan_unaligned_read##N(void* a) { check_access(a, N, false, __builtin_return_address(0)); } \
+  void __tsan_unaligned_write##N(void* a) { check_access(a, N, true, __builtin_return_address(0)); } \
+  void __tsan_volatile_read##N(void* a) { check_access(a, N, false, __builtin_return_address(0)); }  \
   void __tsan_volatile_write##N(void* a) { check_access(a, N, true, __builtin_return_address(0)); }
 METILE_TSAN_RW(1)
 METILE_TSAN_RW(2)
@@ -732,8 +735,8 @@ int metile_emu_dispatch(const metile_kernel_info* K, const metile_launch* L, met
     return launch_error(R, "kernel object was built for another emulator ABI");
   uint64_t per_group = (uint64_t)L->threads_per_group[0] * L->threads_per_group[1] * L->threads_per_group[2];
   if (per_group == 0 || per_group > kMaxThreads)
-    return launch_error(R, "threads per threadgroup is %llu; Metal allows 1..%d",
-                        (unsigned long long)per_group, kMaxThreads);
+    return launch_error(R, "threads per threadgroup is %llu; Metal allows 1..%d", (unsigned long long)per_group,
+                        kMaxThreads);
   if (L->num_buffers > METILE_EMU_MAX_BUFFERS || L->num_tg_buffers > METILE_EMU_MAX_BUFFERS)
     return launch_error(R, "more than %d buffers bound", METILE_EMU_MAX_BUFFERS);
   uint64_t tg_static = (uint64_t)(K->tg_static_hi - K->tg_static_lo);
