@@ -1,7 +1,7 @@
 """mlx_metile ops against the stock MLX composition they replace, same run.
 
-    python -m pytest bench --benchmark-json bench/results/<machine>-<date>.json
-    python bench/render.py bench/results/<file>.json
+python -m pytest bench --benchmark-json bench/results/<machine>-<date>.json
+python bench/render.py bench/results/<file>.json
 """
 
 from __future__ import annotations

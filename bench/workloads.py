@@ -8,8 +8,8 @@ cache; BENCH_POOL sets its size)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import mlx.core as mx
 
@@ -36,7 +36,10 @@ def _dense(n: int, k: int, dtype) -> list[mx.array]:
 
 
 def _quantized(n: int, k: int, dtype, bits: int, group: int) -> list[tuple]:
-    qs = [mx.quantize((mx.random.normal((n, k)) * k**-0.5).astype(dtype), group_size=group, bits=bits) for _ in range(POOL)]
+    qs = [
+        mx.quantize((mx.random.normal((n, k)) * k**-0.5).astype(dtype), group_size=group, bits=bits)
+        for _ in range(POOL)
+    ]
     mx.eval(qs)
     return qs
 

@@ -13,12 +13,13 @@ polynomials (poly.py) so equal offsets render equally and loads are shared.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..codegen.ast import Assign, Comment, Decl, If, KernelDef, KernelParam, Loop
 from ..ir.nodes import FLOAT_DTYPES, For, Op, Program, Value
 from .poly import Poly, divmod_const, render
-from .schedule import SIMD_WIDTH, Schedule
+from .schedule import Schedule
 
 
 class LowerError(ValueError):
@@ -30,17 +31,40 @@ class Elem:
     dtype: str
     poly: Poly | None = None
     text: str | None = None
+    deps: frozenset[str] = frozenset()  # loop counters the value depends on
+
+    @property
+    def loop_deps(self) -> frozenset[str]:
+        if self.poly is not None:
+            return frozenset(sym for m, _ in self.poly.terms for sym in m) & LOOP_SYMBOLS
+        return self.deps
 
     @property
     def c(self) -> str:
         return render(self.poly) if self.poly is not None else self.text  # type: ignore[return-value]
 
 
+LOOP_SYMBOLS = frozenset({"kb", "vw", "r"})
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+
+
 class _Scope:
-    def __init__(self, stmts: list, parent: _Scope | None = None):
+    """A statement list; `defines` is the loop counter it introduces. A
+    temporary goes to the innermost scope defining a counter it depends on,
+    so loop-invariant loads are hoisted out of inner loops."""
+
+    def __init__(self, stmts: list, parent: _Scope | None = None, defines: str | None = None, fence: bool = False):
         self.stmts = stmts
         self.parent = parent
+        self.defines = defines
+        self.fence = fence  # the body of an `if`: nothing is hoisted out of it
         self.cache: dict = {}
+
+    def home(self, deps: frozenset[str]) -> _Scope:
+        s: _Scope = self
+        while s.parent is not None and not s.fence and (s.defines is None or s.defines not in deps):
+            s = s.parent
+        return s
 
     def get(self, key):
         s: _Scope | None = self
@@ -69,6 +93,7 @@ class _Lowering:
         self.sym: dict[int, Poly] = {}
         self.acc: dict[int, int] = {}  # loop result / carried value id -> accumulator number
         self.epilogue_at: tuple[Poly, Poly, int] | None = None  # (r, n, c) while rendering stores
+        self.bounds: dict[str, int] = {}  # exclusive upper bounds of loop counters
         tops = [n for n in program.body if isinstance(n, For)]
         if len(tops) != 1:
             raise LowerError(f"{program.name}: expected exactly one top-level loop over K, found {len(tops)}")
@@ -95,15 +120,18 @@ class _Lowering:
         sub = idx[len(out_shape) - len(shape) :]
         return tuple(Poly.const(0) if d == 1 else i for d, i in zip(shape, sub))
 
-    def temp(self, scope: _Scope, dtype: str, text: str) -> Elem:
+    def temp(self, scope: _Scope, dtype: str, text: str, deps: frozenset[str] = frozenset()) -> Elem:
+        if _IDENTIFIER.fullmatch(text):  # already a named value
+            return Elem(dtype, text=text, deps=deps)
         key = ("text", dtype, text)
         hit = scope.get(key)
         if hit is not None:
             return hit
+        home = scope.home(deps)
         name = self.fresh("t")
-        scope.stmts.append(Decl(dtype, name, text, const=True))
-        e = Elem(dtype, text=name)
-        scope.cache[key] = e
+        home.stmts.append(Decl(dtype, name, text, const=True))
+        e = Elem(dtype, text=name, deps=deps)
+        home.cache[key] = e
         return e
 
     def to(self, e: Elem, dtype: str) -> str:
@@ -123,7 +151,7 @@ class _Lowering:
             want = tuple(Poly.const(0) if d == 1 else i for d, i in zip(v.type.shape, (r, n)))
             if idx != want:
                 raise LowerError(f"{self.p.name}: an epilogue reads the accumulator at another element")
-            return Elem("f32", text=f"acc{self.acc[v.id]}[r][{c}]")
+            return Elem("f32", text=f"acc{self.acc[v.id]}[{render(r)}][{c}]")
         key = ("elem", v.id, idx)
         hit = scope.get(key)
         if hit is not None:
@@ -142,6 +170,7 @@ class _Lowering:
             self.elem(a, self.arg_index(a, shape, idx), scope) if k not in ("expand_dims", "trans") else None
             for a in op.args
         ]
+        deps = frozenset().union(*(a.loop_deps for a in args if a is not None))
         if k == "const":
             val = op.attrs["value"]
             if dtype in ("i32", "u32"):
@@ -172,7 +201,7 @@ class _Lowering:
         if k == "trans":
             return self.elem(op.args[0], tuple(reversed(idx)), scope)
         if k == "binary":
-            return self.binary(op.attrs["op"], args[0], args[1], dtype, scope)
+            return self.binary(op.attrs["op"], args[0], args[1], dtype, scope, deps)
         if k == "unary":
             name = op.attrs["op"]
             x = self.to(args[0], "f32")
@@ -182,18 +211,20 @@ class _Lowering:
                 if name in ("erf", "sigmoid", "silu", "gelu", "gelu_approx"):
                     self.use_helper(name)
                 text = f"@{name}({x})"
-            return self.temp(scope, dtype, text if dtype == "f32" else f"@cvt_{dtype}_f32({text})")
+            return self.temp(scope, dtype, text if dtype == "f32" else f"@cvt_{dtype}_f32({text})", deps)
         if k == "select":
-            return self.temp(scope, dtype, f"({args[0].c} ? {self.to(args[1], dtype)} : {self.to(args[2], dtype)})")
+            return self.temp(
+                scope, dtype, f"({args[0].c} ? {self.to(args[1], dtype)} : {self.to(args[2], dtype)})", deps
+            )
         if k == "cast":
             if args[0].dtype == dtype:
                 return args[0]
-            return self.temp(scope, dtype, self.to(args[0], dtype))
+            return self.temp(scope, dtype, self.to(args[0], dtype), deps)
         if k == "load":
-            return self.load(op, args, scope)
+            return self.load(op, args, scope, deps)
         raise LowerError(f"{self.p.name}: cannot lower a {k} op element-wise")
 
-    def binary(self, name: str, a: Elem, b: Elem, dtype: str, scope: _Scope) -> Elem:
+    def binary(self, name: str, a: Elem, b: Elem, dtype: str, scope: _Scope, deps: frozenset[str]) -> Elem:
         if a.poly is not None and b.poly is not None and dtype == "i32":
             if name == "add":
                 return Elem(dtype, poly=a.poly + b.poly)
@@ -202,33 +233,41 @@ class _Lowering:
             if name == "mul":
                 return Elem(dtype, poly=a.poly * b.poly)
             if name in ("floordiv", "mod") and b.poly.is_const:
-                qr = divmod_const(a.poly, b.poly.const_value)
+                qr = divmod_const(a.poly, b.poly.const_value, self.bounds)
                 if qr is not None:
                     return Elem(dtype, poly=qr[0] if name == "floordiv" else qr[1])
+        if name == "lt" and a.poly is not None and b.poly is not None and len(b.poly.terms) == 1:
+            # a < d*S  <=>  a // d < S: puts every position of one packed word or
+            # group under the same mask, so their shared load is one load
+            ((mono, d),) = b.poly.terms
+            qr = divmod_const(a.poly, d, self.bounds) if mono != () and d > 1 else None
+            if qr is not None:
+                a, b = Elem("i32", poly=qr[0]), Elem("i32", poly=Poly.make({mono: 1}))
+                deps = a.loop_deps | b.loop_deps
         if name in ("lt", "le", "gt", "ge", "eq"):
             sym = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=="}[name]
             if a.dtype in FLOAT_DTYPES or b.dtype in FLOAT_DTYPES:
-                return self.temp(scope, "bool", f"({self.to(a, 'f32')} {sym} {self.to(b, 'f32')})")
-            return self.temp(scope, "bool", f"({a.c} {sym} {b.c})")
+                return self.temp(scope, "bool", f"({self.to(a, 'f32')} {sym} {self.to(b, 'f32')})", deps)
+            return self.temp(scope, "bool", f"({a.c} {sym} {b.c})", deps)
         if name in ("and", "or"):
             if a.text == "true":
                 return b if name == "and" else a
             if b.text == "true":
                 return a if name == "and" else b
-            return self.temp(scope, "bool", f"({a.c} {'&&' if name == 'and' else '||'} {b.c})")
+            return self.temp(scope, "bool", f"({a.c} {'&&' if name == 'and' else '||'} {b.c})", deps)
         if dtype in FLOAT_DTYPES:
             x, y = self.to(a, "f32"), self.to(b, "f32")
             if name in ("max", "min"):
                 text = f"@{name}({x}, {y})"
             else:
                 text = f"({x} {dict(add='+', sub='-', mul='*', div='/')[name]} {y})"
-            return self.temp(scope, dtype, text if dtype == "f32" else f"@cvt_{dtype}_f32({text})")
+            return self.temp(scope, dtype, text if dtype == "f32" else f"@cvt_{dtype}_f32({text})", deps)
         ops = {"add": "+", "sub": "-", "mul": "*", "floordiv": "/", "mod": "%", "shr": ">>", "shl": "<<", "bitand": "&"}
         if name not in ops:
             raise LowerError(f"{self.p.name}: integer op {name} is not supported")
-        return self.temp(scope, dtype, f"({self.to(a, dtype)} {ops[name]} {self.to(b, dtype)})")
+        return self.temp(scope, dtype, f"({self.to(a, dtype)} {ops[name]} {self.to(b, dtype)})", deps)
 
-    def load(self, op: Op, args: list[Elem], scope: _Scope) -> Elem:
+    def load(self, op: Op, args: list[Elem], scope: _Scope, deps: frozenset[str]) -> Elem:
         buf = op.attrs["buffer"]
         dtype = op.result.type.dtype
         access = f"{buf}[{args[0].c}]"
@@ -241,7 +280,7 @@ class _Lowering:
             text = f"({args[1].c} ? {access} : {fill})"
         else:
             text = access
-        return self.temp(scope, dtype, text)
+        return self.temp(scope, dtype, text, deps)
 
     # -- the kernel ------------------------------------------------------------
     def lower(self) -> KernelDef:
@@ -297,24 +336,34 @@ class _Lowering:
                 init.body.append(Assign(f"acc{j}[r][{c}]", self.to(val, "f32")))
         body.append(init)
 
+        # for kb: for vw (words of the lane's VK positions): U positions unrolled
         kloop = Loop("kb", "0", f"{s.BK}*kb < {stop.c}", "1")
-        kscope = _Scope(kloop.body, root)
-        bvals: dict[tuple[int, int, int], str] = {}
-        for v in range(s.VK):
-            kk = Poly.sym("lane") * s.VK + v
+        kscope = _Scope(kloop.body, root, defines="kb")
+        words = s.VK // s.U
+        self.bounds["vw"] = words
+        vloop = Loop("vw", "0", f"vw < {words}", "1")
+        vscope = _Scope(vloop.body, kscope, defines="vw")
+
+        def k_at(u: int) -> Poly:
+            return Poly.sym("lane") * s.VK + Poly.sym("vw") * s.U + u
+
+        bvals: dict[tuple[int, int, int], Elem] = {}
+        for u in range(s.U):
             for c in range(s.NC):
                 n = Poly.sym("sg") * s.NC + c
                 for j, d in enumerate(order):
-                    bvals[(j, v, c)] = self.to(self.elem(d.args[1], (kk, n), kscope), "f32")
+                    e = self.elem(d.args[1], (k_at(u), n), vscope)
+                    bvals[(j, u, c)] = self.temp(vscope, "f32", self.to(e, "f32"), e.loop_deps)
         rloop = Loop("r", "0", f"r < {s.BM}", "1", unroll=True)
-        rscope = _Scope(rloop.body, kscope)
-        for v in range(s.VK):
-            kk = Poly.sym("lane") * s.VK + v
+        rscope = _Scope(rloop.body, vscope, defines="r")
+        for u in range(s.U):
             for j, d in enumerate(order):
-                a = self.temp(rscope, "f32", self.to(self.elem(d.args[0], (Poly.sym("r"), kk), rscope), "f32"))
+                e = self.elem(d.args[0], (Poly.sym("r"), k_at(u)), rscope)
+                a = self.temp(rscope, "f32", self.to(e, "f32"), e.loop_deps)
                 for c in range(s.NC):
-                    rloop.body.append(Assign(f"acc{j}[r][{c}]", f"@fma({a.c}, {bvals[(j, v, c)]}, acc{j}[r][{c}])"))
-        kloop.body.append(rloop)
+                    rloop.body.append(Assign(f"acc{j}[r][{c}]", f"@fma({a.c}, {bvals[(j, u, c)].c}, acc{j}[r][{c}])"))
+        vloop.body.append(rloop)
+        kloop.body.append(vloop)
         body.append(kloop)
 
         reduce = Loop("r", "0", f"r < {s.BM}", "1", unroll=True)
@@ -326,29 +375,30 @@ class _Lowering:
         stores = [n for n in self.p.body if isinstance(n, Op) and n.kind == "store"]
         if any(isinstance(n, Op) and n.kind == "store" for n in loop.body):
             raise LowerError(f"{self.p.name}: stores inside the K loop are not supported")
-        epi = Loop("r", "0", f"r < {s.BM}", "1", unroll=True)
+        # Lane c finishes column c of every row (rows unrolled), so values
+        # that depend only on the column - a bias - are loaded once.
         for c in range(s.NC):
-            owner = If(f"((r*{s.NC} + {c}) % {SIMD_WIDTH}) == lane")
-            escope = _Scope(owner.body, root)
+            owner = If(f"lane == {c}")
+            escope = _Scope(owner.body, root, fence=True)
             n = Poly.sym("sg") * s.NC + c
-            self.epilogue_at = (Poly.sym("r"), n, c)
-            for st in stores:
-                shape = st.args[0].type.shape
-                if len(shape) != 2:
-                    raise LowerError(f"{self.p.name}: stores must write [BM, BN] tiles")
-                at = (Poly.sym("r"), n)
-                off = self.elem(st.args[0], self.arg_index(st.args[0], shape, at), escope)
-                val = self.elem(st.args[1], self.arg_index(st.args[1], shape, at), escope)
-                dtype = self.p.param(st.attrs["buffer"]).dtype
-                assign = Assign(f"{st.attrs['buffer']}[{off.c}]", self.to(val, dtype))
-                if len(st.args) > 2:
-                    mask = self.elem(st.args[2], self.arg_index(st.args[2], shape, at), escope)
-                    owner.body.append(If(mask.c, [assign]))
-                else:
-                    owner.body.append(assign)
-            epi.body.append(owner)
+            for row in range(s.BM):
+                at = (Poly.const(row), n)
+                self.epilogue_at = (at[0], n, c)
+                for st in stores:
+                    shape = st.args[0].type.shape
+                    if len(shape) != 2:
+                        raise LowerError(f"{self.p.name}: stores must write [BM, BN] tiles")
+                    off = self.elem(st.args[0], self.arg_index(st.args[0], shape, at), escope)
+                    val = self.elem(st.args[1], self.arg_index(st.args[1], shape, at), escope)
+                    dtype = self.p.param(st.attrs["buffer"]).dtype
+                    assign = Assign(f"{st.attrs['buffer']}[{off.c}]", self.to(val, dtype))
+                    if len(st.args) > 2:
+                        mask = self.elem(st.args[2], self.arg_index(st.args[2], shape, at), escope)
+                        owner.body.append(If(mask.c, [assign]))
+                    else:
+                        owner.body.append(assign)
+            body.append(owner)
         self.epilogue_at = None
-        body.append(epi)
 
         params = [KernelParam(p.name, p.kind, p.dtype, p.output) for p in self.p.params]
         return KernelDef(self.p.name, params, body, self.helpers, s.threads, notes=[s.describe()])

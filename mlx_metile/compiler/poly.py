@@ -65,29 +65,47 @@ class Poly:
         return Poly.make(d)
 
 
-def divmod_const(p: Poly, d: int) -> tuple[Poly, Poly] | None:
+def divmod_const(p: Poly, d: int, bounds: dict[str, int] | None = None) -> tuple[Poly, Poly] | None:
     """(p // d, p % d) when exactly expressible, else None.
 
-    Symbols are non-negative integers; divisibility lives in coefficients
-    (the lowering writes a K-loop counter as BK*kb, K as group*Kg), so p // d
-    is exact when every non-constant coefficient is a multiple of d and no
-    coefficient is negative."""
+    Symbols are non-negative integers; `bounds` gives exclusive upper bounds
+    of some (loop counters). p splits into terms whose coefficients are
+    multiples of d and the rest; when the rest is provably in [0, d), the
+    quotient is the first part over d and the remainder is the rest. (The
+    lowering writes a K-loop counter as BK*kb and K as group*K_d, so this is
+    exact for packed-word and group offsets.)"""
     if d <= 0:
         return None
+    bounds = bounds or {}
     if p.is_const:
         v = p.const_value
         return Poly.const(v // d), Poly.const(v % d)
     quotient: dict[Monomial, int] = {}
+    rest: dict[Monomial, int] = {}
     for m, c in p.terms:
         if c < 0:
             return None
-        if m != ():
-            if c % d:
-                return None
+        if m != () and c % d == 0:
             quotient[m] = c // d
-    c0 = p.const_value
+        else:
+            rest[m] = c
+    c0 = rest.pop((), 0)
     quotient[()] = c0 // d
-    return Poly.make(quotient), Poly.const(c0 % d)
+    rest[()] = c0 % d
+    high = 0  # the largest value the rest can take
+    for m, c in rest.items():
+        if m == ():
+            high += c
+            continue
+        top = c
+        for sym in m:
+            if sym not in bounds:
+                return None
+            top *= bounds[sym] - 1
+        high += top
+    if high >= d:
+        return None
+    return Poly.make(quotient), Poly.make(rest)
 
 
 def render(p: Poly) -> str:

@@ -4,7 +4,9 @@
 output columns and BM rows. Each SIMD group owns NC columns; its 32 lanes
 split K, lane l taking VK consecutive k per step (k = 32*VK*kb + VK*l + v), and
 every lane keeps BM x NC f32 accumulators in registers, so each weight element
-it loads serves all BM rows. A `simd_sum` per accumulator ends the K loop.
+it loads serves all BM rows. A `simd_sum` per accumulator ends the K loop; lane
+c then finishes column c for every row, so per-column data (a bias) is read
+once.
 
 Row invariance: a row's sum order depends only on VK (fixed per weight format)
 and the fixed `simd_sum` tree, never on BM or NC, so a row's bits do not depend
@@ -30,6 +32,7 @@ class Schedule:
     NC: int  # output columns per SIMD group
     SG: int  # SIMD groups per threadgroup
     VK: int  # consecutive k per lane per step
+    U: int  # of those, how many are unrolled together (a packed word's worth)
 
     @property
     def BN(self) -> int:
@@ -52,7 +55,7 @@ class Schedule:
     def describe(self) -> str:
         return (
             f"schedule {self.kind}: BM={self.BM} rows, SG={self.SG} simdgroups x NC={self.NC} columns, "
-            f"VK={self.VK} k per lane (BK={self.BK})"
+            f"VK={self.VK} k per lane in words of U={self.U} (BK={self.BK})"
         )
 
 
@@ -63,20 +66,29 @@ def row_bucket(rows: int) -> int:
     return MAX_ROWS_PER_PROGRAM
 
 
-def k_per_lane(weight_bits: tuple[int, ...], weight_dtypes: tuple[str, ...]) -> int:
-    """Consecutive k per lane: a whole packed word for quantized weights
-    (8 values of 4 bits, 4 of 8 bits), 16 bytes for dense ones. One value
-    for all weights of a fused call, so they share the x loads."""
+def k_per_lane(weight_bits: tuple[int, ...], group_sizes: tuple[int, ...], weight_dtypes: tuple[str, ...]) -> int:
+    """Consecutive k per lane: a whole quantization group for quantized weights
+    (so one lane loads each scale and bias, and whole packed words), 16 bytes
+    for dense ones. One value for all weights of a fused call, so they share
+    the x loads."""
     vk = 1
-    for bits, dtype in zip(weight_bits, weight_dtypes):
+    for bits, group, dtype in zip(weight_bits, group_sizes, weight_dtypes):
         if bits:
-            vk = max(vk, 32 // bits)
+            vk = max(vk, 32 // bits, group)
         else:
             vk = max(vk, 4 if dtype == "f32" else 8)
     return vk
 
 
-def choose(rows: int, accumulators: int, weight_bits: tuple[int, ...], weight_dtypes: tuple[str, ...]) -> Schedule:
+def choose(
+    rows: int,
+    accumulators: int,
+    weight_bits: tuple[int, ...],
+    group_sizes: tuple[int, ...],
+    weight_dtypes: tuple[str, ...],
+) -> Schedule:
     bm = row_bucket(rows)
     nc = max(1, min(4, ACCUMULATOR_BUDGET // (bm * accumulators)))
-    return Schedule("simd_splitk", BM=bm, NC=nc, SG=2, VK=k_per_lane(weight_bits, weight_dtypes))
+    vk = k_per_lane(weight_bits, group_sizes, weight_dtypes)
+    per_word = [32 // b for b in weight_bits if b]
+    return Schedule("simd_splitk", BM=bm, NC=nc, SG=2, VK=vk, U=max(per_word) if per_word else vk)

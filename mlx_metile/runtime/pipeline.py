@@ -21,7 +21,11 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
         raise ValueError(f"unknown target {target!r}; known: {sorted(RENDERERS)}")
     program = projection_program(spec)
     schedule = choose(
-        rows_bucket, spec.accumulators, tuple(w.bits for w in spec.weights), tuple(w.dtype for w in spec.weights)
+        rows_bucket,
+        spec.accumulators,
+        tuple(w.bits for w in spec.weights),
+        tuple(w.group_size for w in spec.weights),
+        tuple(w.dtype for w in spec.weights),
     )
     bound = bind_meta(program, schedule.meta())
     verify(bound)
