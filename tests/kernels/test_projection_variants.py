@@ -1,0 +1,149 @@
+"""Every projection variant's generated MSL, executed in the emulator through
+the primitive, against a float64 reference; plus the CPU path, and row
+invariance (a row's bits alone == inside 2..33 rows) on both."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import mlx_metile as mt
+
+from ..conftest import requires_emulator
+from ..helpers import bits, rand
+from .cases import Case, check, quantized_weight
+
+ACT = [mx.float32, mx.float16, mx.bfloat16]
+ROWS = list(range(1, 34))
+
+
+def _assert_row_invariant(case: Case) -> None:
+    alone = [[bits(o) for o in _as_list(case.run_rows(r, r + 1))] for r in range(33)]
+    for rows in (2, 5, 17, 32, 33):
+        outs = [bits(o) for o in _as_list(case.run(rows))]
+        for r in range(rows):
+            for i, o in enumerate(outs):
+                np.testing.assert_array_equal(o[r], alone[r][i][0], err_msg=f"row {r} of {rows}, output {i}")
+
+
+def _as_list(o):
+    return o if isinstance(o, list) else [o]
+
+
+def _run_rows(self: Case, start: int, stop: int):
+    res = self.residual[start:stop] if self.residual is not None else None
+    return mt.fused_linear(self.x[start:stop], self.weights, biases=self.biases, epilogue=self.epilogue, residual=res)
+
+
+Case.run_rows = _run_rows
+
+
+def quantized_case(act, b: int, group: int) -> Case:
+    k, n = 384, 37  # K: three groups of 128 (a K tail for every BK); N: a column tail
+    return Case(rand((33, k), act, 11), [quantized_weight(n, k, act, b, group, 12)], [None])
+
+
+def epilogue_case(act, epilogue: str | None, residual: bool) -> Case:
+    k = 67
+    if epilogue == "swiglu":
+        ws = [rand((37, k), act, 21, 0.2), rand((37, k), act, 22, 0.2)]
+        bs = [None, None]
+    elif epilogue is None and not residual:  # q/k/v with biases, as qwen2 has
+        ws = [rand((37, k), act, 21, 0.2), rand((13, k), act, 22, 0.2), rand((13, k), act, 23, 0.2)]
+        bs = [rand((37,), act, 24), rand((13,), act, 25), rand((13,), act, 26)]
+    else:
+        ws = [rand((37, k), act, 21, 0.2)]
+        bs = [rand((37,), act, 24)]
+    res = rand((33, 37), act, 27) if residual else None
+    return Case(rand((33, k), act, 20), ws, bs, epilogue, res)
+
+
+def mixed_cases() -> dict[str, Case]:
+    act = mx.bfloat16
+    x = rand((33, 256), act, 31)
+    return {
+        "qkv_int4_g64_bias": Case(
+            x,
+            [
+                quantized_weight(40, 256, act, 4, 64, 32),
+                quantized_weight(8, 256, act, 4, 64, 33),
+                quantized_weight(8, 256, act, 4, 64, 34),
+            ],
+            [rand((40,), act, 35), rand((8,), act, 36), rand((8,), act, 37)],
+        ),
+        "swiglu_int8_g32": Case(
+            x,
+            [quantized_weight(24, 256, act, 8, 32, 38), quantized_weight(24, 256, act, 8, 32, 39)],
+            [None, None],
+            "swiglu",
+        ),
+        "down_int4_g128_residual": Case(
+            x, [quantized_weight(24, 256, act, 4, 128, 40)], [None], None, rand((33, 24), act, 41)
+        ),
+        "dense_and_int4_fused": Case(
+            x, [rand((16, 256), act, 42, 0.1), quantized_weight(16, 256, act, 4, 32, 43)], [None, None]
+        ),
+    }
+
+
+def _both_paths(case: Case, monkeypatch, emulate: bool) -> None:
+    if emulate:
+        monkeypatch.setenv("MLX_METILE_EMULATE", "1")
+    for rows in ROWS:
+        check(case, rows)
+    _assert_row_invariant(case)
+
+
+@requires_emulator
+@pytest.mark.parametrize("act", ACT)
+@pytest.mark.parametrize("group", [32, 64, 128])
+@pytest.mark.parametrize("nbits", [4, 8])
+def test_quantized_emulated(act, group, nbits, monkeypatch):
+    _both_paths(quantized_case(act, nbits, group), monkeypatch, emulate=True)
+
+
+@pytest.mark.parametrize("act", ACT)
+@pytest.mark.parametrize("group", [32, 64, 128])
+@pytest.mark.parametrize("nbits", [4, 8])
+def test_quantized_cpu(act, group, nbits, monkeypatch):
+    _both_paths(quantized_case(act, nbits, group), monkeypatch, emulate=False)
+
+
+EPILOGUES = [(None, False), ("swiglu", False), ("gelu", False), ("gelu_approx", False), ("silu", False), (None, True)]
+
+
+@requires_emulator
+@pytest.mark.parametrize("act", ACT)
+@pytest.mark.parametrize("epilogue,residual", EPILOGUES)
+def test_epilogues_emulated(act, epilogue, residual, monkeypatch):
+    _both_paths(epilogue_case(act, epilogue, residual), monkeypatch, emulate=True)
+
+
+@pytest.mark.parametrize("act", ACT)
+@pytest.mark.parametrize("epilogue,residual", EPILOGUES)
+def test_epilogues_cpu(act, epilogue, residual, monkeypatch):
+    _both_paths(epilogue_case(act, epilogue, residual), monkeypatch, emulate=False)
+
+
+@requires_emulator
+@pytest.mark.parametrize("name", list(mixed_cases()))
+def test_mixed_fusions_emulated(name, monkeypatch):
+    _both_paths(mixed_cases()[name], monkeypatch, emulate=True)
+
+
+@pytest.mark.parametrize("name", list(mixed_cases()))
+def test_mixed_fusions_cpu(name, monkeypatch):
+    _both_paths(mixed_cases()[name], monkeypatch, emulate=False)
+
+
+@pytest.mark.parametrize("nbits,group", [(4, 64), (8, 128)])
+def test_quantized_linear_matches_stock_mlx(nbits, group):
+    """Against mx.quantized_matmul itself; MLX rounds more often than we do in
+    half precision, so the bound is a few ulp of the output's scale."""
+    x = rand((9, 256), mx.float16, 1)
+    qw = quantized_weight(40, 256, mx.float16, nbits, group, 2)
+    ours = mt.quantized_linear(x, qw.w, qw.scales, qw.biases, group_size=group, bits=nbits)
+    stock = mx.quantized_matmul(x, qw.w, qw.scales, qw.biases, transpose=True, group_size=group, bits=nbits)
+    scale = float(mx.abs(stock).max())
+    np.testing.assert_allclose(np.array(ours, np.float32), np.array(stock, np.float32), atol=8 * 2**-11 * scale)
