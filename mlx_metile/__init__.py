@@ -1,18 +1,21 @@
 """mlx-metile: fused, row-reusing projection kernels for MLX from a small tile compiler."""
 
 from . import nn
+from .integrations import PatchReport, patch
 from .ops import QuantizedWeight, fused_linear, linear, quantized_linear
 from .trace import Trace, TraceRecord, trace
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "PatchReport",
     "QuantizedWeight",
     "Trace",
     "TraceRecord",
     "fused_linear",
     "linear",
     "nn",
+    "patch",
     "quantized_linear",
     "trace",
 ]

@@ -1,0 +1,362 @@
+"""`mlx_metile.patch(model)`: swap an mlx-lm model's projections for fused,
+row-reusing mlx_metile kernels, verify the model still computes what it did,
+report what happened, and undo it on request.
+
+Blocks are found by structure, not by model name:
+- attention: a module with q_proj, k_proj, v_proj (Linear / QuantizedLinear of
+  one input) -> one fused q/k/v call;
+- MLP: a module with gate_proj, up_proj, down_proj -> gate/up with the SwiGLU
+  epilogue, then down (verification declines it where the MLP is not SwiGLU);
+- block: a module with self_attn, mlp, input_layernorm, post_attention_layernorm
+  whose MLP was fused -> the residual add moves into the down projection;
+- every other Linear / QuantizedLinear, and a tied embedding's output
+  projection (`as_linear`) -> an mlx_metile projection.
+Only instances change (module replacement or a per-instance class swap);
+classes and other models are untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .modules import (
+    FusedSwiGLU,
+    MetileProjection,
+    QKVGroup,
+    QKVMember,
+    embedding_as_linear,
+    fused_block_call,
+    supported,
+    swap_class,
+)
+
+PATCHED_TYPES = (MetileProjection, QKVMember, FusedSwiGLU)
+
+# f32 sums in another order move f32 logits by ~1e-6 of their scale on the test
+# models; this floor leaves a margin of 100x.
+F32_FLOOR = 1e-4
+# A patched low-precision model may be at most this much further from the
+# float32 model than the unpatched one is (the patched model rounds once where
+# stock MLX rounds after every op, so it is usually closer, not further).
+ERROR_GROWTH = 1.5
+# Above this many bytes of float16/bfloat16 parameters the float32 reference
+# copy is not made; the fixed floors below are used instead.
+F32_REFERENCE_LIMIT = 2 << 30
+FIXED_FLOOR = {mx.float16: 2e-2, mx.bfloat16: 5e-2}
+
+
+@dataclass
+class Part:
+    path: str
+    kind: str  # "qkv" | "mlp_swiglu" | "residual" | "projection" | "tied_output"
+    apply: Callable[[], None]
+    undo: Callable[[], None]
+    needs: Part | None = None
+    applied: bool = False
+
+    def on(self) -> None:
+        if not self.applied:
+            self.apply()
+            self.applied = True
+
+    def off(self) -> None:
+        if self.applied:
+            self.undo()
+            self.applied = False
+
+
+@dataclass
+class PatchReport:
+    replaced: list[tuple[str, str]] = field(default_factory=list)
+    declined: list[tuple[str, str, str]] = field(default_factory=list)
+    max_diff: float | None = None  # verified logits difference, relative to their scale
+    allowed: float | None = None
+    _parts: list[Part] = field(default_factory=list, repr=False)
+
+    def __bool__(self) -> bool:
+        return bool(self.replaced)
+
+    def __str__(self) -> str:
+        lines = [f"mlx_metile.patch: {len(self.replaced)} replaced, {len(self.declined)} declined"]
+        if self.max_diff is not None:
+            lines.append(
+                f"  verified: max |logits - float32 reference| = {self.max_diff:.3g} x scale (allowed {self.allowed:.3g})"
+            )
+        for path, kind in self.replaced:
+            lines.append(f"  replaced {kind:12s} {path}")
+        for path, kind, why in self.declined:
+            lines.append(f"  declined {kind:12s} {path}: {why}")
+        return "\n".join(lines)
+
+    def restore(self) -> None:
+        """Put every original module back, in reverse order."""
+        for part in reversed(self._parts):
+            part.off()
+        self._parts.clear()
+        self.replaced.clear()
+
+
+# -- discovery ---------------------------------------------------------------
+def _children(module: nn.Module):
+    """(container, key, child, path) for every child module, lists included."""
+    for key, value in module.items():
+        if isinstance(value, nn.Module):
+            yield module, key, value, key
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                if isinstance(item, nn.Module):
+                    yield value, i, item, f"{key}.{i}"
+
+
+def _set(container, key, value) -> None:
+    container[key] = value
+
+
+def _walk(module: nn.Module, prefix: str = ""):
+    for container, key, child, path in _children(module):
+        full = f"{prefix}{path}"
+        yield container, key, child, full
+        yield from _walk(child, full + ".")
+
+
+def _discover(model: nn.Module, max_rows: int, declined: list) -> list[Part]:
+    parts: list[Part] = []
+    covered: set[int] = set()  # ids of projections taken by a fusion
+    mlp_parts: dict[int, Part] = {}
+    for container, key, mod, path in list(_walk(model)):
+        if isinstance(mod, PATCHED_TYPES) or hasattr(type(mod), "_metile_kind"):
+            declined.append((path, "-", "already patched"))
+            continue
+        names = ("q_proj", "k_proj", "v_proj")
+        if all(n in mod for n in names):
+            members = [mod[n] for n in names]
+            if all(supported(m) for m in members) and len({_k(m) for m in members}) == 1:
+                parts.append(_qkv_part(mod, path, members, max_rows))
+                covered.update(id(m) for m in members)
+            else:
+                declined.append((path, "qkv", "q/k/v are not supported projections of one input"))
+        names = ("gate_proj", "up_proj", "down_proj")
+        if all(n in mod for n in names) and not isinstance(mod, nn.Linear):
+            members = [mod[n] for n in names]
+            if all(supported(m) for m in members) and _k(members[0]) == _k(members[1]):
+                part = _replace_part(container, key, mod, FusedSwiGLU(mod, max_rows), path, "mlp_swiglu")
+                parts.append(part)
+                mlp_parts[id(mod)] = part
+                covered.update(id(m) for m in members)
+            else:
+                declined.append((path, "mlp_swiglu", "gate/up/down are not supported projections"))
+    for container, key, mod, path in list(_walk(model)):
+        if all(n in mod for n in ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")):
+            mlp = mod["mlp"]
+            if id(mlp) in mlp_parts:
+                parts.append(_block_part(mod, path, mlp_parts[id(mlp)]))
+        if isinstance(mod, nn.Module) and isinstance(mod, (nn.Linear, nn.QuantizedLinear)) and id(mod) not in covered:
+            if supported(mod):
+                parts.append(_replace_part(container, key, mod, MetileProjection(mod, max_rows), path, "projection"))
+            else:
+                declined.append((path, "projection", "unsupported weight format"))
+        if isinstance(mod, (nn.Embedding, nn.QuantizedEmbedding)) and not hasattr(type(mod), "_metile_kind"):
+            parts.append(_tied_part(mod, path, max_rows))
+    return parts
+
+
+def _k(layer: nn.Module) -> int:
+    w = layer["weight"]
+    return w.shape[1] * 32 // layer.bits if isinstance(layer, nn.QuantizedLinear) else w.shape[1]
+
+
+def _replace_part(container, key, old: nn.Module, new: nn.Module, path: str, kind: str) -> Part:
+    return Part(path, kind, lambda: _set(container, key, new), lambda: _set(container, key, old))
+
+
+def _qkv_part(attn: nn.Module, path: str, members: list, max_rows: int) -> Part:
+    group = QKVGroup(members, max_rows)
+    names = ("q_proj", "k_proj", "v_proj")
+    proxies = [QKVMember(group, i) for i in range(3)]
+
+    def apply():
+        for n, p in zip(names, proxies):
+            attn[n] = p
+
+    def undo():
+        for n, m in zip(names, members):
+            attn[n] = m
+
+    return Part(path, "qkv", apply, undo)
+
+
+def _block_part(block: nn.Module, path: str, mlp_part: Part) -> Part:
+    original = type(block)
+
+    def apply():
+        swap_class(block, "residual", {"__call__": fused_block_call})
+
+    def undo():
+        block.__class__ = original
+
+    return Part(path, "residual", apply, undo, needs=mlp_part)
+
+
+def _tied_part(emb: nn.Module, path: str, max_rows: int) -> Part:
+    original = type(emb)
+
+    def apply():
+        object.__setattr__(emb, "metile_max_rows", max_rows)
+        swap_class(emb, "tied_output", {"as_linear": embedding_as_linear})
+
+    def undo():
+        emb.__class__ = original
+
+    return Part(path, "tied_output", apply, undo)
+
+
+# -- verification --------------------------------------------------------------
+def _vocab(model: nn.Module) -> int:
+    args = getattr(model, "args", None)
+    if args is not None and getattr(args, "vocab_size", None):
+        return int(args.vocab_size)
+    for _, _, mod, _ in _walk(model):
+        if isinstance(mod, (nn.Embedding, nn.QuantizedEmbedding)):
+            return int(mod.weight.shape[0])
+    raise ValueError("model: cannot find the vocabulary size (no args.vocab_size, no embedding)")
+
+
+def synthetic_logits(model: nn.Module, seed: int = 0) -> mx.array:
+    """Logits of a prefill, single-token decode steps and a multi-row
+    verification step (as speculative decoding makes), on synthetic tokens."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    vocab = _vocab(model)
+    key = mx.random.key(seed)
+    prompt = mx.random.randint(0, vocab, (1, 9), key=key)
+    draft = mx.random.randint(0, vocab, (1, 4), key=mx.random.split(key)[1])
+    cache = make_prompt_cache(model)
+    outs = [model(prompt, cache=cache)[:, -1:]]
+    for _ in range(3):
+        tok = mx.argmax(outs[-1][:, -1], axis=-1)[:, None]
+        outs.append(model(tok, cache=cache))
+    outs.append(model(draft, cache=cache))
+    batch = mx.concatenate([prompt[:, :5], mx.flip(prompt[:, :5], axis=1)], axis=0)
+    outs.append(model(batch).reshape(1, -1, vocab))
+    logits = mx.concatenate([o.astype(mx.float32).reshape(-1, vocab) for o in outs], axis=0)
+    mx.eval(logits)
+    return logits
+
+
+def _float32_logits(model: nn.Module, seed: int) -> mx.array | None:
+    """The synthetic logits of the model with its float16/bfloat16 parameters
+    in float32 (quantized weights stay as they are), or None when that copy
+    would exceed F32_REFERENCE_LIMIT or there is nothing to upcast."""
+    from mlx.utils import tree_flatten, tree_map
+
+    params = model.parameters()
+    low = [a for _, a in tree_flatten(params) if a.dtype in (mx.float16, mx.bfloat16)]
+    if not low or sum(a.nbytes for a in low) > F32_REFERENCE_LIMIT:
+        return None
+    up = tree_map(lambda a: a.astype(mx.float32) if a.dtype in (mx.float16, mx.bfloat16) else a, params)
+    try:
+        model.update(up)
+        return synthetic_logits(model, seed)
+    finally:
+        model.update(params)  # the original arrays, not copies
+
+
+def _model_dtype(model: nn.Module) -> mx.Dtype:
+    for _, _, mod, _ in _walk(model):
+        if isinstance(mod, (nn.Embedding, nn.Linear)):
+            return mod.weight.dtype
+        if isinstance(mod, (nn.QuantizedEmbedding, nn.QuantizedLinear)):
+            return mod.scales.dtype
+    return mx.float32
+
+
+# -- patch -----------------------------------------------------------------------
+def patch(
+    model: nn.Module, *, verify: bool = True, tolerance: float = 0.0, max_rows: int = 32, seed: int = 0
+) -> PatchReport:
+    """Swap the model's projections for mlx_metile's fused kernels.
+
+    verify: run the model before and after on synthetic tokens (prefill, decode
+      steps, a multi-row verification step, a batch of two) and keep only the
+      parts whose logits match, bisecting when the whole set fails.
+    tolerance: how much further (max |logits difference|, relative to the logits'
+      scale) the patched model may be from the model computed in float32 than
+      the unpatched model is, beyond ERROR_GROWTH x the unpatched model's own
+      distance and F32_FLOOR. For float32 models this is the plain difference
+      from the unpatched logits. Models with more than F32_REFERENCE_LIMIT bytes
+      of half-precision parameters use FIXED_FLOOR instead of that reference.
+    max_rows: calls with more rows (long prefill) stay on stock MLX.
+    Returns a PatchReport (falsy when nothing was replaced) with .restore()."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model: expected an mlx.nn.Module, got {type(model).__name__}")
+    if tolerance < 0:
+        raise ValueError(f"tolerance: must be >= 0, got {tolerance}")
+    if not 1 <= max_rows:
+        raise ValueError(f"max_rows: must be >= 1, got {max_rows}")
+    report = PatchReport()
+    if not verify:
+        parts = _discover(model, max_rows, report.declined)
+        for p in parts:
+            p.on()
+        report._parts = parts
+        report.replaced = [(p.path, p.kind) for p in parts]
+        return report
+
+    before = synthetic_logits(model, seed)
+    scale = float(mx.abs(before).max()) or 1.0
+    truth = _float32_logits(model, seed)  # before discovery: it swaps arrays in and out
+    parts = _discover(model, max_rows, report.declined)
+    if truth is None:
+        native_error = 0.0
+        truth = before
+        floor = FIXED_FLOOR.get(_model_dtype(model), F32_FLOOR)
+    else:
+        native_error = float(mx.abs(before - truth).max()) / scale
+        floor = F32_FLOOR
+    allowed = ERROR_GROWTH * native_error + tolerance + floor
+
+    def diff(active: list[Part]) -> float:
+        """Distance of the patched model's logits from the reference, / scale."""
+        for p in parts:
+            p.off()
+        for p in active:
+            if p.needs is None or p.needs in active:
+                p.on()
+        after = synthetic_logits(model, seed)
+        return float(mx.abs(after - truth).max()) / scale
+
+    def keep(candidates: list[Part], base: list[Part]) -> list[Part]:
+        """The subset of candidates that verifies on top of `base`, by bisection."""
+        if not candidates:
+            return []
+        d = diff(base + candidates)
+        if d <= allowed:
+            return candidates
+        if len(candidates) == 1:
+            report.declined.append((candidates[0].path, candidates[0].kind, f"logits differ by {d:.3g} x scale"))
+            return []
+        mid = len(candidates) // 2
+        left = keep(candidates[:mid], base)
+        right = keep(candidates[mid:], base + left)
+        return left + right
+
+    first = [p for p in parts if p.needs is None]
+    kept = keep(first, [])
+    second = [p for p in parts if p.needs is not None and p.needs in kept]
+    for p in parts:
+        if p.needs is not None and p.needs not in kept:
+            report.declined.append((p.path, p.kind, f"needs {p.needs.kind} at {p.needs.path}, which was declined"))
+    kept += keep(second, kept)
+    report.max_diff = diff(kept)
+    report.allowed = allowed
+    if report.max_diff > allowed:  # cannot happen if each step held; never leave a bad state
+        for p in parts:
+            p.off()
+        raise RuntimeError("mlx_metile.patch: the verified set no longer verifies; the model was left unpatched")
+    report._parts = kept
+    report.replaced = [(p.path, p.kind) for p in kept]
+    return report

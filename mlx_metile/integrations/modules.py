@@ -1,0 +1,158 @@
+"""Replacement modules that the mlx-lm patch installs. Each keeps the
+original module's arrays under the same names (no copies), remembers the
+original for restore(), and hands calls of more than `max_rows` rows (prefill)
+back to the original MLX code, recording that in mlx_metile.trace()."""
+
+from __future__ import annotations
+
+import math
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from ..ops import QuantizedWeight, fused_linear
+from ..trace import TraceRecord, record
+
+PROJECTIONS = (nn.Linear, nn.QuantizedLinear)
+
+
+def weight_of(layer: nn.Module):
+    """(dense array | QuantizedWeight, bias or None) of a Linear / QuantizedLinear."""
+    bias = layer.get("bias")
+    if isinstance(layer, nn.QuantizedLinear):
+        return QuantizedWeight.from_quantized_linear(layer), bias
+    return layer["weight"], bias
+
+
+def supported(layer) -> bool:
+    if not isinstance(layer, PROJECTIONS):
+        return False
+    if isinstance(layer, nn.QuantizedLinear):
+        return getattr(layer, "mode", "affine") == "affine" and layer.bits in (4, 8) and layer.group_size in (32, 64, 128)
+    return layer["weight"].dtype in (mx.float32, mx.float16, mx.bfloat16)
+
+
+def rows_of(x: mx.array) -> int:
+    return math.prod(x.shape[:-1])
+
+
+def _record_fallback(op: str, x: mx.array, n: int) -> None:
+    record(TraceRecord(op, rows_of(x), x.shape[-1], (n,), ("-",), None, False, "mlx (rows > max_rows)", None))
+
+
+def _mirror(dst: nn.Module, src: nn.Module) -> None:
+    """Expose src's arrays under the same names, so the parameter tree is unchanged."""
+    for key, value in src.items():
+        if isinstance(value, mx.array):
+            dst[key] = value
+
+
+class MetileProjection(nn.Module):
+    """One Linear / QuantizedLinear computed by mlx_metile."""
+
+    def __init__(self, original: nn.Module, max_rows: int):
+        super().__init__()
+        _mirror(self, original)
+        object.__setattr__(self, "original", original)
+        object.__setattr__(self, "max_rows", max_rows)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        if rows_of(x) > self.max_rows:
+            _record_fallback("linear", x, self.original.weight.shape[0])
+            return self.original(x)
+        w, b = weight_of(self.original)
+        return fused_linear(x, [w], biases=[b])
+
+
+class QKVGroup:
+    """q/k/v projections of one attention computed by one fused call: the first
+    member called with x computes all three; the others pick their result up
+    when called with the same x."""
+
+    def __init__(self, originals: list[nn.Module], max_rows: int):
+        self.originals = originals
+        self.max_rows = max_rows
+        self.pending: tuple[mx.array, list] | None = None
+
+    def result(self, index: int, x: mx.array) -> mx.array:
+        if self.pending is not None and self.pending[0] is x and self.pending[1][index] is not None:
+            out = self.pending[1][index]
+            self.pending[1][index] = None
+            if all(o is None for o in self.pending[1]):
+                self.pending = None
+            return out
+        if rows_of(x) > self.max_rows:
+            _record_fallback("fused_linear", x, self.originals[index].weight.shape[0])
+            return self.originals[index](x)
+        pairs = [weight_of(m) for m in self.originals]
+        outs = fused_linear(x, [w for w, _ in pairs], biases=[b for _, b in pairs])
+        mine = outs[index]
+        outs[index] = None
+        self.pending = (x, outs)
+        return mine
+
+
+class QKVMember(nn.Module):
+    def __init__(self, group: QKVGroup, index: int):
+        super().__init__()
+        _mirror(self, group.originals[index])
+        object.__setattr__(self, "group", group)
+        object.__setattr__(self, "index", index)
+        object.__setattr__(self, "original", group.originals[index])
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.group.result(self.index, x)
+
+
+class FusedSwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x)) [+ residual] as two fused calls. Keeps the
+    original projections as children under their names."""
+
+    def __init__(self, original: nn.Module, max_rows: int):
+        super().__init__()
+        self.gate_proj = original.gate_proj
+        self.up_proj = original.up_proj
+        self.down_proj = original.down_proj
+        object.__setattr__(self, "original", original)
+        object.__setattr__(self, "max_rows", max_rows)
+
+    def __call__(self, x: mx.array, residual: mx.array | None = None) -> mx.array:
+        if rows_of(x) > self.max_rows:
+            _record_fallback("fused_linear", x, self.gate_proj.weight.shape[0])
+            out = self.original(x)
+            return out if residual is None else residual + out
+        (g, gb), (u, ub), (d, db) = (weight_of(m) for m in (self.gate_proj, self.up_proj, self.down_proj))
+        h = fused_linear(x, [g, u], biases=[gb, ub], epilogue="swiglu")
+        return fused_linear(h, [d], biases=[db], residual=residual)
+
+
+def fused_block_call(self, x: mx.array, mask=None, cache=None):
+    """A pre-norm block whose MLP adds the residual inside its down projection."""
+    r = self.self_attn(self.input_layernorm(x), mask, cache)
+    h = x + r
+    return self.mlp(self.post_attention_layernorm(h), residual=h)
+
+
+def embedding_as_linear(self, x: mx.array) -> mx.array:
+    """Tied output projection through mlx_metile."""
+    if rows_of(x) > self.metile_max_rows:
+        _record_fallback("linear", x, self.weight.shape[0])
+        return type(self).__mro__[1].as_linear(self, x)
+    if isinstance(self, nn.QuantizedEmbedding):
+        w = QuantizedWeight(self.weight, self.scales, self.biases, self.group_size, self.bits)
+        return fused_linear(x, [w])
+    return fused_linear(x, [self.weight])
+
+
+_swapped: dict[tuple[type, str], type] = {}
+
+
+def swap_class(obj: nn.Module, kind: str, methods: dict) -> type:
+    """Give one instance a subclass of its class with `methods` overridden;
+    returns the original class. Other instances are untouched."""
+    original = type(obj)
+    key = (original, kind)
+    if key not in _swapped:
+        _swapped[key] = type(f"Metile{original.__name__}", (original,), {**methods, "_metile_kind": kind})
+    obj.__class__ = _swapped[key]
+    return original
