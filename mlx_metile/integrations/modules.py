@@ -28,7 +28,9 @@ def supported(layer) -> bool:
     if not isinstance(layer, PROJECTIONS):
         return False
     if isinstance(layer, nn.QuantizedLinear):
-        return getattr(layer, "mode", "affine") == "affine" and layer.bits in (4, 8) and layer.group_size in (32, 64, 128)
+        return (
+            getattr(layer, "mode", "affine") == "affine" and layer.bits in (4, 8) and layer.group_size in (32, 64, 128)
+        )
     return layer["weight"].dtype in (mx.float32, mx.float16, mx.bfloat16)
 
 

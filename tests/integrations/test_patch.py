@@ -1,0 +1,165 @@
+"""mlx_metile.patch on tiny mlx-lm models of several architectures and formats."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+from mlx_lm.generate import batch_generate, generate_step, speculative_generate_step
+from mlx_lm.models.cache import make_prompt_cache
+
+import mlx_metile as mt
+from mlx_metile.integrations import mlx_lm as integration
+from mlx_metile.integrations.modules import FusedSwiGLU
+
+from .models import ARCHS, FORMATS, make
+
+PROMPT = mx.array([3, 17, 42, 7, 99, 5, 64, 12], dtype=mx.uint32)
+
+
+def greedy(model, n=12, prompt=PROMPT) -> list[int]:
+    return [int(t) for t, _ in generate_step(prompt, model, max_tokens=n, sampler=lambda lp: mx.argmax(lp, axis=-1))]
+
+
+def logits(model) -> np.ndarray:
+    return np.array(integration.synthetic_logits(model))
+
+
+def _assert_same_tokens_or_near_tie(arch, fmt, ref_tokens, got_tokens, report, reference_model):
+    if fmt == "float32" or ref_tokens == got_tokens:
+        assert ref_tokens == got_tokens
+        return
+    # Low-precision models: tokens may part only where the unpatched model was
+    # itself undecided - its top-2 logit gap within what the verification allowed.
+    first = next(i for i, (a, b) in enumerate(zip(ref_tokens, got_tokens)) if a != b)
+    prefix = mx.concatenate([PROMPT, mx.array(ref_tokens[:first], dtype=mx.uint32)])
+    out = reference_model(prefix[None])[0, -1].astype(mx.float32)
+    top2 = np.sort(np.array(out))[-2:]
+    scale = float(mx.abs(out).max())
+    assert top2[1] - top2[0] <= 2 * report.allowed * scale, f"{arch}/{fmt}: tokens differ at {first} without a near tie"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_patch_generate_and_restore(arch, fmt):
+    model = make(arch, fmt)
+    reference = make(arch, fmt)  # an identical, never-patched model
+    before_logits = logits(model)
+    before_tokens = greedy(model)
+    report = mt.patch(model)
+    assert report, f"{arch}/{fmt}: nothing replaced:\n{report}"
+    kinds = {k for _, k in report.replaced}
+    assert "qkv" in kinds
+    if arch == "gemma":
+        # GeGLU is not SwiGLU: verification must decline the SwiGLU fusion
+        assert "mlp_swiglu" not in kinds
+        assert any(k == "mlp_swiglu" and "probe: outputs differ" in why for _, k, why in report.declined)
+    else:
+        assert {"mlp_swiglu", "residual"} <= kinds, str(report)
+    assert report.max_diff <= report.allowed
+    _assert_same_tokens_or_near_tie(arch, fmt, before_tokens, greedy(model), report, reference)
+    report.restore()
+    np.testing.assert_array_equal(logits(model), before_logits)  # bit-identical after restore
+    assert greedy(model) == before_tokens
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_speculative_and_batch_generation_agree(arch):
+    model, draft = make(arch, "float32"), make(arch, "float32", seed=2)
+    sampler = lambda lp: mx.argmax(lp, axis=-1)  # noqa: E731
+
+    def speculative(m):
+        return [
+            int(t)
+            for t, _, _ in speculative_generate_step(
+                PROMPT, m, draft, num_draft_tokens=3, max_tokens=10, sampler=sampler
+            )
+        ]
+
+    class Tok:
+        eos_token_ids: list[int] = []
+
+        def decode(self, ids):
+            return " ".join(map(str, ids))
+
+    prompts = [[3, 17, 42, 7], [5, 64, 12, 99, 8, 1]]
+
+    def batch(m):
+        return batch_generate(m, Tok(), prompts, max_tokens=6, return_token_ids=True).token_ids
+
+    plain, spec, batched = greedy(model, 10), speculative(model), batch(model)
+    report = mt.patch(model)
+    assert report
+    with mt.trace() as t:
+        assert speculative(model) == spec
+    assert any(r.rows > 1 and r.rows <= 32 for r in t), "the verification step should run through mlx_metile"
+    assert all(r.backend == "cpu" for r in t if r.rows <= 32)
+    assert batch(model) == batched
+    # row invariance: verification of drafted tokens computes what plain decoding does
+    assert greedy(model, 10) == plain == spec
+
+
+def test_every_projection_of_up_to_32_rows_goes_through_mlx_metile():
+    model = make("llama", "bfloat16")
+    assert mt.patch(model)
+    cache = make_prompt_cache(model)
+    with mt.trace() as t:
+        mx.eval(model(PROMPT[None], cache=cache))  # prefill, 8 rows
+        mx.eval(model(mx.array([[4]]), cache=cache))  # decode, 1 row
+        mx.eval(model(mx.array([[4, 5, 6]]), cache=cache))  # verification, 3 rows
+    layers = 2
+    per_forward = layers * (1 + 1 + 2) + 1  # fused qkv, o_proj, gate/up, down(+residual); lm_head
+    assert len(t) == 3 * per_forward, t.summary()
+    assert {r.backend for r in t} == {"cpu"}
+    long = mx.zeros((1, 40), dtype=mx.uint32)  # 40 rows: over max_rows, stays on stock MLX
+    with mt.trace() as t:
+        mx.eval(model(long))
+    assert all(r.backend.startswith("mlx") for r in t)
+
+
+def test_wrong_replacement_is_declined(monkeypatch):
+    """A deliberately wrong SwiGLU (gate and up swapped) must not survive verification."""
+    original = FusedSwiGLU.__call__
+
+    def wrong(self, x, residual=None):
+        self.gate_proj, self.up_proj = self.up_proj, self.gate_proj
+        try:
+            return original(self, x, residual)
+        finally:
+            self.gate_proj, self.up_proj = self.up_proj, self.gate_proj
+
+    monkeypatch.setattr(FusedSwiGLU, "__call__", wrong)
+    model = make("llama", "float32")
+    before = logits(model)
+    report = mt.patch(model)
+    declined = {(p, k) for p, k, _ in report.declined}
+    assert ("model.layers.0.mlp", "mlp_swiglu") in declined and ("model.layers.1.mlp", "mlp_swiglu") in declined
+    assert ("model.layers.0.self_attn", "qkv") in set(report.replaced)
+    np.testing.assert_allclose(logits(model), before, rtol=0, atol=1e-4 * np.abs(before).max())
+
+
+def test_patching_twice_is_harmless_and_models_are_independent():
+    model, other = make("qwen2", "float32"), make("qwen2", "float32")
+    first = mt.patch(model)
+    after_first = logits(model)
+    second = mt.patch(model)
+    assert not second and not second.replaced
+    assert any(why == "already patched" for _, _, why in second.declined)
+    np.testing.assert_array_equal(logits(model), after_first)
+    assert type(other.model.layers[0]) is not type(model.model.layers[0])
+    assert isinstance(other.model.layers[0].mlp.gate_proj, nn.Linear)
+    first.restore()
+    np.testing.assert_array_equal(logits(model), logits(other))
+
+
+def test_report_prints_and_bad_arguments():
+    model = make("llama", "float32")
+    report = mt.patch(model, verify=False)
+    text = str(report)
+    assert "replaced qkv" in text and "model.layers.0.self_attn" in text
+    report.restore()
+    with pytest.raises(TypeError, match="model: expected an mlx.nn.Module"):
+        mt.patch(object())
+    with pytest.raises(ValueError, match="tolerance: must be >= 0"):
+        mt.patch(model, tolerance=-1)
