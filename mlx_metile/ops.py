@@ -19,12 +19,17 @@ from collections.abc import Sequence
 
 import mlx.core as mx
 
-from . import _ext
 from .compiler.schedule import row_bucket
 from .reference import fused_reference
 from .runtime import compile_projection, emulation_enabled, emulator_object
 from .spec import EPILOGUE_CODES, EPILOGUES, ProjectionSpec, WeightFormat
 from .trace import TraceRecord, record
+
+try:  # the C++ core: CPU, emulator and Metal paths (the CUDA path does not need it)
+    from . import _ext
+except ImportError as e:  # pragma: no cover - only where the extension was not built
+    _ext = None
+    _EXT_ERROR = str(e)
 
 _DTYPES = {mx.float32: "f32", mx.float16: "f16", mx.bfloat16: "bf16"}
 SUPPORTED_BITS = (4, 8)
@@ -120,9 +125,9 @@ def _stream(stream: StreamLike) -> mx.Stream:
 def _backend(stream: mx.Stream) -> str:
     if stream.device.type == mx.DeviceType.cpu:
         return "emulator" if emulation_enabled() else "cpu"
-    if _ext.HAS_METAL:
+    if _ext is not None and _ext.HAS_METAL and mx.metal.is_available():
         return "metal"
-    if _ext.HAS_CUDA:
+    if mx.cuda.is_available():
         return "cuda"
     return "mlx"
 
@@ -208,7 +213,7 @@ def _project(
         return [o.reshape(*lead, o.shape[-1]) for o in outs]
 
     spec = ProjectionSpec(act, formats, epilogue, residual is not None)
-    artifact = compile_projection(spec, row_bucket(rows), "msl")
+    artifact = compile_projection(spec, row_bucket(rows), "cuda" if backend == "cuda" else "msl")
     inputs: list[mx.array] = [x2]
     for w, b in zip(weights, biases):
         if isinstance(w, QuantizedWeight):
@@ -220,6 +225,14 @@ def _project(
     if res2 is not None:
         inputs.append(res2)
     scalars = {"M": rows, "K": K, **{f"N{i}": n for i, n in enumerate(Ns)}}
+    out_ns = [Ns[0]] if single else Ns
+    cols = Ns[0] if epilogue == "swiglu" else sum(Ns)
+    if backend == "cuda":
+        outs = _launch_cuda(artifact, inputs, scalars, rows, cols, out_ns, out_dtype, s)
+        record(TraceRecord(op, rows, K, tuple(Ns), names, epilogue, residual is not None, backend, artifact.entry))
+        return [o.reshape(*lead, n) for o, n in zip(outs, out_ns)]
+    if _ext is None:
+        raise RuntimeError(f"mlx_metile: the C++ extension is not built ({_EXT_ERROR}); reinstall the package")
     bindings, n_in, n_out = [], 0, 0
     for p in artifact.params:
         if p.kind == "scalar":
@@ -230,8 +243,6 @@ def _project(
         else:
             bindings.append((0, n_in))
             n_in += 1
-    out_ns = [Ns[0]] if single else Ns
-    cols = Ns[0] if epilogue == "swiglu" else sum(Ns)
     obj = emulator_object(artifact) if backend == "emulator" else ""
     outs = _ext.tile_kernel(
         inputs,
@@ -254,6 +265,27 @@ def _project(
     )
     record(TraceRecord(op, rows, K, tuple(Ns), names, epilogue, residual is not None, backend, artifact.entry))
     return [o.reshape(*lead, n) for o, n in zip(outs, out_ns)]
+
+
+def _launch_cuda(artifact, inputs, scalars, rows, cols, out_ns, out_dtype, stream) -> list[mx.array]:
+    """The CUDA artifact as PTX through MLX's precompiled-kernel op (inputs,
+    outputs, then scalars; the grid is given in threads)."""
+    from .runtime.cuda import ptx
+
+    gx, gy, gz = artifact.grid(rows, cols)
+    tx, ty, tz = artifact.threads_per_group
+    return mx.fast.precompiled_cuda_kernel(
+        name=artifact.entry,
+        compiled_source=ptx(artifact),
+        inputs=inputs,
+        output_shapes=[(rows, n) for n in out_ns],
+        output_dtypes=[out_dtype] * len(out_ns),
+        scalars=[scalars[p.name] for p in artifact.params if p.kind == "scalar"],
+        grid=(gx * tx, gy * ty, gz * tz),
+        threadgroup=(tx, ty, tz),
+        ensure_row_contiguous=True,
+        stream=stream,
+    )
 
 
 def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None, *, stream: StreamLike = None) -> mx.array:

@@ -1,0 +1,253 @@
+"""Plain-script entry for the lent GPU machine (MLX's CUDA backend):
+
+    python bench/h200.py --out results.json [--quick] [--skip-correctness]
+
+1. correctness of every op variant on mx.gpu against a float64 reference and
+   stock MLX, including row invariance (row r alone == row r inside 2..33 rows);
+2. effective weight bandwidth of mlx_metile and stock MLX (and PyTorch where
+   installed) for rows x {bf16, int4, int8} x model shapes, each timed product
+   using the next weight of a pool several times the 60 MB L2, with the copy
+   roofline measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import mlx_metile as mt  # noqa: E402
+from mlx_metile.reference import dequantize_exact  # noqa: E402
+
+SHAPES = {
+    "llama8b_qkvo_4096x4096": (4096, 4096),
+    "llama8b_gateup_4096x14336": (4096, 14336),
+    "llama8b_down_14336x4096": (14336, 4096),
+    "qwen1.5b_gateup_1536x8960": (1536, 8960),
+    "qwen1.5b_down_8960x1536": (8960, 1536),
+}
+ROWS = [1, 2, 3, 4, 8, 16, 32]
+POOL_BYTES = 480 << 20  # 8x the H200's 60 MB L2
+PRODUCTS_PER_EVAL = 64
+
+
+def f64(a):
+    return np.array(a.astype(mx.float32), dtype=np.float64)
+
+
+# ---------------------------------------------------------------- correctness --
+def correctness() -> dict:
+    rng = np.random.default_rng(0)
+    results = {"cases": 0, "failures": []}
+
+    def arr(shape, dtype, scale=1.0):
+        return mx.array((rng.standard_normal(shape) * scale).astype(np.float32)).astype(dtype)
+
+    ulp = {mx.float32: 2.0**-24, mx.float16: 2.0**-11, mx.bfloat16: 2.0**-8}
+
+    def check(name, got, exact, x64, w64, dtype, slack=0.0):
+        results["cases"] += 1
+        k = x64.shape[-1]
+        tol = ulp[dtype] * np.abs(exact) + (k + 2) * 2.0**-24 * (np.abs(x64) @ np.abs(w64).T) + slack
+        err = np.abs(f64(got) - exact)
+        if (err > tol).any():
+            results["failures"].append(f"{name}: max err {err.max():.3g} (tol at worst {tol[err > tol].min():.3g})")
+
+    for dtype in (mx.float32, mx.float16, mx.bfloat16):
+        K, N = 1000, 300  # tails in K and N
+        w = arr((N, K), dtype, 0.05)
+        b = arr((N,), dtype)
+        xs = arr((33, K), dtype)
+        alone = [np.array(mt.linear(xs[r : r + 1], w, b).astype(mx.float32)) for r in range(33)]
+        for rows in range(1, 34):
+            y = mt.linear(xs[:rows], w, b)
+            check(f"linear {dtype} rows={rows}", y, f64(xs[:rows]) @ f64(w).T + f64(b), f64(xs[:rows]), f64(w), dtype)
+            yy = np.array(y.astype(mx.float32))
+            for r in range(rows):
+                if not np.array_equal(yy[r], alone[r][0]):
+                    results["failures"].append(f"row invariance: linear {dtype} row {r} of {rows}")
+                    break
+        for bits in (4, 8):
+            for group in (32, 64, 128):
+                K2 = 1024
+                wq, s, bq = mx.quantize(arr((N, K2), dtype, 0.05), group_size=group, bits=bits)
+                wd = dequantize_exact(wq, s, bq, group, bits)
+                x = arr((33, K2), dtype)
+                for rows in (1, 2, 3, 5, 8, 16, 32, 33):
+                    y = mt.quantized_linear(x[:rows], wq, s, bq, group_size=group, bits=bits)
+                    check(f"int{bits} g{group} {dtype} rows={rows}", y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype)
+    # fused variants, bf16
+    dtype = mx.bfloat16
+    K = 512
+    x = arr((17, K), dtype)
+    g, u = arr((200, K), dtype, 0.05), arr((200, K), dtype, 0.05)
+    for rows in (1, 4, 17):
+        got = mt.fused_linear(x[:rows], [g, u], epilogue="swiglu")
+        zg, zu = f64(x[:rows]) @ f64(g).T, f64(x[:rows]) @ f64(u).T
+        check(f"swiglu rows={rows}", got, zg / (1 + np.exp(-zg)) * zu, f64(x[:rows]), f64(g), dtype,
+              slack=1e-2 * np.abs(zg * zu).max())
+        q, k, v = mt.fused_linear(x[:rows], [g, u[:64], u[64:128]])
+        for name, out, w in (("q", q, g), ("k", k, u[:64]), ("v", v, u[64:128])):
+            check(f"qkv.{name} rows={rows}", out, f64(x[:rows]) @ f64(w).T, f64(x[:rows]), f64(w), dtype)
+        res = arr((rows, 200), dtype)
+        got = mt.fused_linear(x[:rows], [g], residual=res)
+        check(f"residual rows={rows}", got, f64(x[:rows]) @ f64(g).T + f64(res), f64(x[:rows]), f64(g), dtype)
+    return results
+
+
+# ---------------------------------------------------------------- benchmark --
+def timed(fn, repeat=7) -> float:
+    mx.eval(fn())
+    mx.synchronize()
+    samples = []
+    for _ in range(repeat):
+        mx.synchronize()
+        t0 = time.perf_counter()
+        mx.eval(fn())
+        mx.synchronize()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def copy_roofline() -> float:
+    """bytes read + written per second of a large device copy."""
+    a = mx.zeros((256 << 20,), dtype=mx.float32)  # 1 GiB
+    mx.eval(a)
+    t = timed(lambda: [a + 1.0])
+    return 2 * a.nbytes / t
+
+
+def make_pool(fmt: str, K: int, N: int):
+    one = K * N * (2 if fmt == "bf16" else (0.5 if fmt == "int4" else 1.0))
+    count = max(4, int(POOL_BYTES // one) + 1)
+    pool = []
+    for i in range(count):
+        w = (mx.random.normal((N, K), key=mx.random.key(i)) * K**-0.5).astype(mx.bfloat16)
+        if fmt == "bf16":
+            pool.append((w,))
+        else:
+            pool.append(tuple(mx.quantize(w, group_size=64, bits=4 if fmt == "int4" else 8)))
+        mx.eval(pool[-1])
+    nbytes = sum(a.nbytes for a in pool[0])
+    return pool, nbytes
+
+
+def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None):
+    x = mx.random.normal((rows, K)).astype(mx.bfloat16)
+    n = len(pool)
+
+    def ours():
+        outs = []
+        for i in range(PRODUCTS_PER_EVAL):
+            p = pool[i % n]
+            outs.append(mt.linear(x, p[0]) if fmt == "bf16" else
+                        mt.quantized_linear(x, *p, group_size=64, bits=4 if fmt == "int4" else 8))
+        return outs
+
+    def stock():
+        outs = []
+        for i in range(PRODUCTS_PER_EVAL):
+            p = pool[i % n]
+            outs.append(x @ p[0].T if fmt == "bf16" else
+                        mx.quantized_matmul(x, *p, transpose=True, group_size=64, bits=4 if fmt == "int4" else 8))
+        return outs
+
+    t_ours = timed(ours) / PRODUCTS_PER_EVAL
+    t_stock = timed(stock) / PRODUCTS_PER_EVAL
+    return {"t_ours": t_ours, "t_stock": t_stock, "gbs_ours": nbytes / t_ours / 1e9, "gbs_stock": nbytes / t_stock / 1e9}
+
+
+def bench_fused(K, N_q, N_kv, N_ff, rows):
+    """q/k/v and gate/up+SwiGLU fused vs the same projections called separately through mlx_metile."""
+    out = {}
+    count = 8
+    x = mx.random.normal((rows, K)).astype(mx.bfloat16)
+    qkv = [tuple((mx.random.normal((n, K)) * K**-0.5).astype(mx.bfloat16) for n in (N_q, N_kv, N_kv)) for _ in range(count)]
+    gu = [tuple(mx.quantize((mx.random.normal((N_ff, K)) * K**-0.5).astype(mx.bfloat16), group_size=64, bits=4)
+                for _ in range(2)) for _ in range(count)]
+    mx.eval(qkv, gu)
+    reps = 32
+    t_f = timed(lambda: [mt.fused_linear(x, list(qkv[i % count])) for i in range(reps)]) / reps
+    t_s = timed(lambda: [mt.linear(x, w) for i in range(reps) for w in qkv[i % count]]) / reps
+    out["qkv_bf16"] = {"t_fused": t_f, "t_separate": t_s, "speedup": t_s / t_f}
+
+    def fused():
+        return [mt.fused_linear(x, [mt.QuantizedWeight(*g, 64, 4), mt.QuantizedWeight(*u, 64, 4)], epilogue="swiglu")
+                for g, u in (gu[i % count] for i in range(reps))]
+
+    def separate():
+        outs = []
+        for i in range(reps):
+            g, u = gu[i % count]
+            a = mt.quantized_linear(x, *g, group_size=64, bits=4)
+            b = mt.quantized_linear(x, *u, group_size=64, bits=4)
+            outs.append(a * mx.sigmoid(a) * b)
+        return outs
+
+    t_f, t_s = timed(fused) / reps, timed(separate) / reps
+    out["gate_up_swiglu_int4"] = {"t_fused": t_f, "t_separate": t_s, "speedup": t_s / t_f}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip-correctness", action="store_true")
+    ap.add_argument("--shapes", nargs="*", default=list(SHAPES))
+    args = ap.parse_args()
+    mx.set_default_device(mx.gpu)
+    report = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "mlx": mx.__version__,
+        "mlx_metile": mt.__version__,
+        "device": str(mx.default_device()),
+        "device_info": {k: str(v) for k, v in mx.device_info().items()},
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+    }
+    if not args.skip_correctness:
+        t0 = time.time()
+        try:
+            report["correctness"] = correctness()
+        except Exception:
+            report["correctness"] = {"error": traceback.format_exc()}
+        print("correctness", json.dumps(report["correctness"])[:2000], f"{time.time() - t0:.0f}s", flush=True)
+    report["copy_roofline_bytes_per_s"] = copy_roofline()
+    print(f"copy roofline {report['copy_roofline_bytes_per_s'] / 1e12:.2f} TB/s", flush=True)
+    rows_list = [1, 4, 16] if args.quick else ROWS
+    report["cases"] = []
+    for shape_name in args.shapes:
+        K, N = SHAPES[shape_name]
+        for fmt in ("bf16", "int4", "int8"):
+            pool, nbytes = make_pool(fmt, K, N)
+            for rows in rows_list:
+                try:
+                    r = bench_case(fmt, K, N, rows, pool, nbytes)
+                except Exception as e:
+                    r = {"error": repr(e)}
+                r.update({"shape": shape_name, "K": K, "N": N, "format": fmt, "rows": rows, "weight_bytes": nbytes})
+                report["cases"].append(r)
+                print(json.dumps(r), flush=True)
+            del pool
+    try:
+        report["fused"] = {rows: bench_fused(4096, 4096, 1024, 14336, rows) for rows in (1, 4, 16)}
+    except Exception:
+        report["fused"] = {"error": traceback.format_exc()}
+    print(json.dumps(report.get("fused"))[:3000], flush=True)
+    Path(args.out).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
