@@ -212,7 +212,7 @@ def _project(
         record(TraceRecord(op, rows, K, tuple(Ns), names, epilogue, residual is not None, backend, None))
         return [o.reshape(*lead, o.shape[-1]) for o in outs]
 
-    spec = ProjectionSpec(act, formats, epilogue, residual is not None)
+    spec = ProjectionSpec(act, formats, epilogue, residual is not None, k_multiple=math.gcd(K, 64))
     artifact = compile_projection(spec, row_bucket(rows), "cuda" if backend == "cuda" else "msl")
     inputs: list[mx.array] = [x2]
     for w, b in zip(weights, biases):

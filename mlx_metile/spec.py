@@ -32,6 +32,7 @@ class ProjectionSpec:
     weights: tuple[WeightFormat, ...]
     epilogue: str | None = None
     has_residual: bool = False
+    k_multiple: int = 1  # a power of two known to divide K (lets K-rows be loaded 16 bytes at a time)
 
     @property
     def outputs(self) -> int:
@@ -45,12 +46,20 @@ class ProjectionSpec:
 
     @property
     def k_divisor(self) -> int:
-        """K is a multiple of every quantized weight's group size."""
-        d = 1
+        """A divisor of K: every quantized weight's group size, and k_multiple."""
+        d = self.k_multiple
         for w in self.weights:
             if w.quantized:
                 d = max(d, w.group_size)
         return d
+
+    def vector_buffers(self) -> frozenset[str]:
+        """Buffers whose rows run along K and may be loaded 16 bytes at a time:
+        x and the weights, when K is a multiple of 8 (so a 16-byte vector never
+        crosses a row and one mask covers it)."""
+        if self.k_divisor % 8:
+            return frozenset()
+        return frozenset(["x"] + [f"w{i}" for i in range(len(self.weights))])
 
     def name(self) -> str:
         parts = []
@@ -60,4 +69,5 @@ class ProjectionSpec:
                 parts[-1] += "b"
         tail = f"_{self.epilogue}" if self.epilogue else ""
         tail += "_res" if self.has_residual else ""
+        tail += f"_k{self.k_multiple}" if self.k_multiple > 1 else ""
         return f"proj_{self.act_dtype}_{'_'.join(parts)}{tail}"

@@ -25,7 +25,13 @@ class CUDARenderer(CStyleRenderer):
         "u32": "unsigned int",
         "bool": "bool",
         "int": "int",
+        "vu32": "metile_vec_u32",
+        "vbf16": "metile_vec_bf16",
+        "vf16": "metile_vec_f16",
+        "vf32": "metile_vec_f32",
     }
+    align16 = "__align__(16)"
+    fn_prefix = "__device__ __forceinline__ "
     calls = {
         **CStyleRenderer.calls,
         "fma": "fmaf({0}, {1}, {2})",

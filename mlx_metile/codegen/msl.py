@@ -8,6 +8,8 @@ from .cstyle import CStyleRenderer
 
 class MSLRenderer(CStyleRenderer):
     target = "msl"
+    # 16-byte vectors travel as uint4 (float4 for f32) and are reinterpreted per element
+    types = {**CStyleRenderer.types, "vu32": "uint4", "vbf16": "uint4", "vf16": "uint4", "vf32": "float4"}
     calls = {
         **CStyleRenderer.calls,
         "fma": "metal::fma({0}, {1}, {2})",
@@ -20,7 +22,24 @@ class MSLRenderer(CStyleRenderer):
         "simdgroup": "metile_simdgroup",
         "program_id0": "int(metile_tgid.x)",
         "program_id1": "int(metile_tgid.y)",
+        "vget_u32": "{0}[{1}]",
+        "vget_f32": "{0}[{1}]",
+        "vget_bf16": "as_type<bfloat2>({0}[{1} / 2])[{1} % 2]",
+        "vget_f16": "as_type<half2>({0}[{1} / 2])[{1} % 2]",
     }
+
+    def vector_helpers(self) -> list[str]:
+        out = []
+        for dt in self.vectors:
+            t, v = self.types[dt], self.types["v" + dt]
+            out.append(
+                f"inline {v} metile_vload_{dt}(const device {t}* p, int offset, bool ok) {{\n"
+                f"  return ok ? *(const device {v}*)(p + offset) : {v}(0);\n}}"
+            )
+        return out
+
+    def ptr(self, t: str) -> str:
+        return f"const device {t}*"
 
     def prelude(self) -> list[str]:
         return ["#include <metal_stdlib>", "using namespace metal;"]

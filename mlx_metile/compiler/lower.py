@@ -45,6 +45,7 @@ class Elem:
 
 
 LOOP_SYMBOLS = frozenset({"kb", "vw", "r"})
+VECTOR_WIDTH = {"u32": 4, "bf16": 8, "f16": 8, "f32": 4}  # elements per 16-byte load
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -83,8 +84,11 @@ def _float_literal(v: float) -> str:
 
 
 class _Lowering:
-    def __init__(self, program: Program, schedule: Schedule, divisors: dict[str, int]):
+    def __init__(
+        self, program: Program, schedule: Schedule, divisors: dict[str, int], vector_buffers: frozenset[str]
+    ):
         self.p = program
+        self.vector_buffers = vector_buffers
         self.s = schedule
         self.divisors = divisors
         self.defs: dict[int, Op] = {}
@@ -270,6 +274,9 @@ class _Lowering:
     def load(self, op: Op, args: list[Elem], scope: _Scope, deps: frozenset[str]) -> Elem:
         buf = op.attrs["buffer"]
         dtype = op.result.type.dtype
+        vector = self.vector_load(buf, dtype, args, op.attrs["other"], scope, deps)
+        if vector is not None:
+            return vector
         access = f"{buf}[{args[0].c}]"
         if len(args) > 1 and args[1].text != "true":
             other = op.attrs["other"]
@@ -281,6 +288,28 @@ class _Lowering:
         else:
             text = access
         return self.temp(scope, dtype, text, deps)
+
+    def vector_load(self, buf: str, dtype: str, args: list[Elem], other, scope: _Scope, deps) -> Elem | None:
+        """A 16-byte load holding this element, when provably aligned.
+
+        The offset's non-constant coefficients are all multiples of W (the
+        elements per 16 bytes), so [base, base + W) is aligned and - since a
+        row's length is among those coefficients - inside one row: where the
+        mask admits this element, the whole vector is in bounds. Equal vectors
+        (same base and mask) are one load."""
+        width = VECTOR_WIDTH.get(dtype)
+        p = args[0].poly
+        if buf not in self.vector_buffers or width is None or p is None or other != 0:
+            return None
+        if any(c % width or c < 0 for m, c in p.terms if m != ()) or p.const_value < 0:
+            return None
+        if p.is_const:
+            return None
+        sub = p.const_value % width
+        base = p - sub
+        mask = args[1].c if len(args) > 1 else "true"
+        vec = self.temp(scope, f"v{dtype}", f"@vload_{dtype}({buf}, {render(base)}, {mask})", deps)
+        return Elem(dtype, text=f"@vget_{dtype}({vec.c}, {sub})", deps=vec.deps)
 
     # -- the kernel ------------------------------------------------------------
     def lower(self) -> KernelDef:
@@ -404,10 +433,17 @@ class _Lowering:
         return KernelDef(self.p.name, params, body, self.helpers, s.threads, notes=[s.describe()])
 
 
-def lower(program: Program, schedule: Schedule, divisors: dict[str, int] | None = None) -> KernelDef:
+def lower(
+    program: Program,
+    schedule: Schedule,
+    divisors: dict[str, int] | None = None,
+    vector_buffers: frozenset[str] = frozenset(),
+) -> KernelDef:
     """The thread-level kernel of `program` (meta-parameters bound) under `schedule`.
 
-    `divisors` states known divisibility of scalar parameters (K by the group size)."""
+    `divisors` states known divisibility of scalar parameters (K by the group
+    size); `vector_buffers` names the buffers whose loads may be widened to 16
+    bytes where the offset is provably aligned."""
     if schedule.kind != "simd_splitk":
         raise LowerError(f"unknown schedule {schedule.kind!r}")
-    return _Lowering(program, schedule, divisors or {}).lower()
+    return _Lowering(program, schedule, divisors or {}, vector_buffers).lower()

@@ -22,6 +22,7 @@ MAX_ROWS_PER_PROGRAM = 32
 # f32 accumulators one lane may hold (BM * NC * accumulators); a GPU thread
 # has about 128 32-bit registers before occupancy suffers.
 ACCUMULATOR_BUDGET = 64
+MAX_COLUMNS = 8  # columns per SIMD group: more amortise the x loads over more weights
 SIMD_WIDTH = 32
 
 
@@ -66,17 +67,20 @@ def row_bucket(rows: int) -> int:
     return MAX_ROWS_PER_PROGRAM
 
 
+def values_per_16_bytes(bits: int, dtype: str) -> int:
+    if bits:
+        return 128 // bits
+    return 4 if dtype == "f32" else 8
+
+
 def k_per_lane(weight_bits: tuple[int, ...], group_sizes: tuple[int, ...], weight_dtypes: tuple[str, ...]) -> int:
     """Consecutive k per lane: a whole quantization group for quantized weights
-    (so one lane loads each scale and bias, and whole packed words), 16 bytes
-    for dense ones. One value for all weights of a fused call, so they share
-    the x loads."""
+    (so one lane loads each scale and bias), and at least 16 bytes of every
+    weight (one vector load). One value for all weights of a fused call, so
+    they share the x loads."""
     vk = 1
     for bits, group, dtype in zip(weight_bits, group_sizes, weight_dtypes):
-        if bits:
-            vk = max(vk, 32 // bits, group)
-        else:
-            vk = max(vk, 4 if dtype == "f32" else 8)
+        vk = max(vk, values_per_16_bytes(bits, dtype), group if bits else 1)
     return vk
 
 
@@ -88,7 +92,8 @@ def choose(
     weight_dtypes: tuple[str, ...],
 ) -> Schedule:
     bm = row_bucket(rows)
-    nc = max(1, min(4, ACCUMULATOR_BUDGET // (bm * accumulators)))
+    nc = max(1, min(MAX_COLUMNS, ACCUMULATOR_BUDGET // (bm * accumulators)))
     vk = k_per_lane(weight_bits, group_sizes, weight_dtypes)
-    per_word = [32 // b for b in weight_bits if b]
-    return Schedule("simd_splitk", BM=bm, NC=nc, SG=2, VK=vk, U=max(per_word) if per_word else vk)
+    # unroll one 16-byte vector of the widest-packed weight at a time
+    u = max(values_per_16_bytes(b, d) for b, d in zip(weight_bits, weight_dtypes))
+    return Schedule("simd_splitk", BM=bm, NC=nc, SG=2, VK=vk, U=min(u, vk))

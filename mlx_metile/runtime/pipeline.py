@@ -31,7 +31,7 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
     verify(bound)
     dump("ir", spec.name(), format_program(bound))
     dump("schedule", spec.name(), schedule.describe())
-    kernel = lower(bound, schedule, {"K": spec.k_divisor})
+    kernel = lower(bound, schedule, {"K": spec.k_divisor}, spec.vector_buffers())
     kernel.name = f"{spec.name()}_m{schedule.BM}"
     source = RENDERERS[target]().render(kernel)
     dump(target, kernel.name, source)

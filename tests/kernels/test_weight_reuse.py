@@ -36,6 +36,7 @@ def _weights(fmt: WeightFormat, n: int, seed: int) -> dict[str, np.ndarray]:
 
 SPECS = {
     "dense_bf16_bias": ProjectionSpec("bf16", (WeightFormat("bf16", has_bias=True, bias_dtype="bf16"),)),
+    "dense_bf16_k64_vector_loads": ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=64),
     "int4_g32": ProjectionSpec("bf16", (WeightFormat("bf16", 4, 32),)),
     "int4_g128": ProjectionSpec("bf16", (WeightFormat("bf16", 4, 128),)),
     "int8_g64": ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),)),
