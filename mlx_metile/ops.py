@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 
 import mlx.core as mx
 
@@ -23,7 +24,7 @@ from .compiler.schedule import row_bucket
 from .reference import fused_reference
 from .runtime import compile_projection, emulation_enabled, emulator_object
 from .spec import EPILOGUE_CODES, EPILOGUES, ProjectionSpec, WeightFormat
-from .trace import TraceRecord, record
+from .trace import TraceRecord, record, tracing
 
 try:  # the C++ core: CPU, emulator and Metal paths (the CUDA path does not need it)
     from . import _ext
@@ -108,8 +109,27 @@ Weight = mx.array | QuantizedWeight
 def _weight_format(w: Weight, bias: mx.array | None, i: int) -> WeightFormat:
     bias_dtype = _float_dtype(bias, f"biases[{i}]") if bias is not None else "f32"
     if isinstance(w, QuantizedWeight):
-        return WeightFormat(_DTYPES[w.scales.dtype], w.bits, w.group_size, bias is not None, bias_dtype)
-    return WeightFormat(_float_dtype(w, f"weights[{i}]"), 0, 0, bias is not None, bias_dtype)
+        return _format(_DTYPES[w.scales.dtype], w.bits, w.group_size, bias is not None, bias_dtype)
+    return _format(_float_dtype(w, f"weights[{i}]"), 0, 0, bias is not None, bias_dtype)
+
+
+@lru_cache(maxsize=256)
+def _format(dtype: str, bits: int, group: int, has_bias: bool, bias_dtype: str) -> WeightFormat:
+    return WeightFormat(dtype, bits, group, has_bias, bias_dtype)
+
+
+@lru_cache(maxsize=1024)
+def _compiled(
+    act: str, formats: tuple, epilogue: str | None, residual: bool, k_multiple: int, bucket: int, target: str
+) -> tuple[ProjectionSpec, object]:
+    """Spec and artifact for hashable primitives: the per-call cache lookup."""
+    spec = ProjectionSpec(act, formats, epilogue, residual, k_multiple=k_multiple)
+    return spec, compile_projection(spec, bucket, target)
+
+
+@lru_cache(maxsize=64)
+def _promote(a: mx.Dtype, b: mx.Dtype) -> mx.Dtype:
+    return (mx.zeros((1,), a) + mx.zeros((1,), b)).dtype
 
 
 def _stream(stream: StreamLike) -> mx.Stream:
@@ -125,6 +145,11 @@ def _stream(stream: StreamLike) -> mx.Stream:
 def _backend(stream: mx.Stream) -> str:
     if stream.device.type == mx.DeviceType.cpu:
         return "emulator" if emulation_enabled() else "cpu"
+    return _gpu_backend()
+
+
+@lru_cache(maxsize=1)
+def _gpu_backend() -> str:
     if _ext is not None and _ext.HAS_METAL and mx.metal.is_available():
         return "metal"
     if mx.cuda.is_available():
@@ -193,7 +218,7 @@ def _project(
     out_dtype = x.dtype
     for w in weights:
         if isinstance(w, mx.array):
-            out_dtype = (mx.zeros((1,), out_dtype) + mx.zeros((1,), w.dtype)).dtype
+            out_dtype = _promote(out_dtype, w.dtype)
     if out_dtype != x.dtype:
         x = x.astype(out_dtype)
         act = _DTYPES[out_dtype]
@@ -203,17 +228,16 @@ def _project(
     s = _stream(stream)
     backend = _backend(s)
     formats = tuple(_weight_format(w, b, i) for i, (w, b) in enumerate(zip(weights, biases)))
-    names = tuple(f"q{f.bits}g{f.group_size}" if f.quantized else f.dtype for f in formats)
     x2 = x.reshape(rows, K)
     res2 = residual.reshape(rows, Ns[0]) if residual is not None else None
 
     if backend == "mlx":
         outs = fused_reference(x2, weights, biases, epilogue, res2)
-        record(TraceRecord(op, rows, K, tuple(Ns), names, epilogue, residual is not None, backend, None))
+        _record(op, rows, K, Ns, formats, epilogue, residual is not None, backend, None)
         return [o.reshape(*lead, o.shape[-1]) for o in outs]
 
-    spec = ProjectionSpec(act, formats, epilogue, residual is not None, k_multiple=math.gcd(K, 64))
-    artifact = compile_projection(spec, row_bucket(rows), "cuda" if backend == "cuda" else "msl")
+    target = "cuda" if backend == "cuda" else "msl"
+    _, artifact = _compiled(act, formats, epilogue, residual is not None, math.gcd(K, 64), row_bucket(rows), target)
     inputs: list[mx.array] = [x2]
     for w, b in zip(weights, biases):
         if isinstance(w, QuantizedWeight):
@@ -229,7 +253,7 @@ def _project(
     cols = Ns[0] if epilogue == "swiglu" else sum(Ns)
     if backend == "cuda":
         outs = _launch_cuda(artifact, inputs, scalars, rows, cols, out_ns, out_dtype, s)
-        record(TraceRecord(op, rows, K, tuple(Ns), names, epilogue, residual is not None, backend, artifact.entry))
+        _record(op, rows, K, Ns, formats, epilogue, residual is not None, backend, artifact.entry)
         return [o.reshape(*lead, n) for o, n in zip(outs, out_ns)]
     if _ext is None:
         raise RuntimeError(f"mlx_metile: the C++ extension is not built ({_EXT_ERROR}); reinstall the package")
@@ -249,7 +273,7 @@ def _project(
         [[rows, n] for n in out_ns],
         [out_dtype] * len(out_ns),
         artifact.target,
-        artifact.source,
+        artifact.source if backend == "metal" else "",  # only the Metal path compiles it
         artifact.entry,
         artifact.grid(rows, cols),
         artifact.threads_per_group,
@@ -263,8 +287,14 @@ def _project(
         obj,
         stream=s,
     )
-    record(TraceRecord(op, rows, K, tuple(Ns), names, epilogue, residual is not None, backend, artifact.entry))
+    _record(op, rows, K, Ns, formats, epilogue, residual is not None, backend, artifact.entry)
     return [o.reshape(*lead, n) for o, n in zip(outs, out_ns)]
+
+
+def _record(op, rows, K, Ns, formats, epilogue, residual, backend, kernel) -> None:
+    if tracing():  # records are built only when someone is looking
+        names = tuple(f"q{f.bits}g{f.group_size}" if f.quantized else f.dtype for f in formats)
+        record(TraceRecord(op, rows, K, tuple(Ns), names, epilogue, residual, backend, kernel))
 
 
 def _launch_cuda(artifact, inputs, scalars, rows, cols, out_ns, out_dtype, stream) -> list[mx.array]:

@@ -60,6 +60,11 @@ def trace():
         _active().remove(t)
 
 
+def tracing() -> bool:
+    """Whether a trace() is open on this thread (so callers can skip building records)."""
+    return bool(getattr(_local, "traces", None))
+
+
 def record(rec: TraceRecord) -> None:
     for t in _active():
         t.records.append(rec)

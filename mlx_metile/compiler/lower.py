@@ -84,9 +84,7 @@ def _float_literal(v: float) -> str:
 
 
 class _Lowering:
-    def __init__(
-        self, program: Program, schedule: Schedule, divisors: dict[str, int], vector_buffers: frozenset[str]
-    ):
+    def __init__(self, program: Program, schedule: Schedule, divisors: dict[str, int], vector_buffers: frozenset[str]):
         self.p = program
         self.vector_buffers = vector_buffers
         self.s = schedule
@@ -241,13 +239,18 @@ class _Lowering:
                 if qr is not None:
                     return Elem(dtype, poly=qr[0] if name == "floordiv" else qr[1])
         if name == "lt" and a.poly is not None and b.poly is not None and len(b.poly.terms) == 1:
-            # a < d*S  <=>  a // d < S: puts every position of one packed word or
-            # group under the same mask, so their shared load is one load
+            # a < d*S  <=>  a // e < (d/e)*S for e dividing d (a >= 0): puts every
+            # position of one packed word, group or vector under the same mask,
+            # so their shared load is one load. The largest exact e wins.
             ((mono, d),) = b.poly.terms
-            qr = divmod_const(a.poly, d, self.bounds) if mono != () and d > 1 else None
-            if qr is not None:
-                a, b = Elem("i32", poly=qr[0]), Elem("i32", poly=Poly.make({mono: 1}))
-                deps = a.loop_deps | b.loop_deps
+            e = d if mono != () else 1
+            while e > 1:
+                qr = divmod_const(a.poly, e, self.bounds)
+                if qr is not None:
+                    a, b = Elem("i32", poly=qr[0]), Elem("i32", poly=Poly.make({mono: d // e}))
+                    deps = a.loop_deps | b.loop_deps
+                    break
+                e //= 2
         if name in ("lt", "le", "gt", "ge", "eq"):
             sym = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=="}[name]
             if a.dtype in FLOAT_DTYPES or b.dtype in FLOAT_DTYPES:

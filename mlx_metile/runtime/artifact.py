@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..codegen.ast import KernelParam
 from ..compiler.schedule import Schedule
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Artifact:
     target: str
     source: str
@@ -18,7 +19,7 @@ class Artifact:
     schedule: Schedule
     params: tuple[KernelParam, ...]  # buffer slots in order: buffers and i32 scalars
 
-    @property
+    @cached_property
     def key(self) -> str:
         return hashlib.sha256(f"{self.target}\0{self.entry}\0{self.source}".encode()).hexdigest()[:24]
 

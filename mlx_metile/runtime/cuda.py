@@ -49,7 +49,9 @@ def _cache_dir() -> Path:
 
 @lru_cache(maxsize=512)
 def ptx(artifact: Artifact, arch: str | None = None) -> bytes:
-    """PTX of a CUDA artifact for `arch` (nvcc -ptx), cached by source hash."""
+    """Machine code of a CUDA artifact: a cubin for an `sm_NN` arch, PTX for a
+    `compute_NN` one (portable, JIT-compiled by the driver); cached on disk by
+    source hash."""
     if artifact.target != "cuda":
         raise ValueError(f"artifact: expected a cuda artifact, got {artifact.target}")
     arch = arch or cuda_arch()
@@ -57,15 +59,16 @@ def ptx(artifact: Artifact, arch: str | None = None) -> bytes:
     if nvcc is None:
         raise CudaCompileError("nvcc not found: install the CUDA toolkit or set MLX_METILE_NVCC")
     key = hashlib.sha256(f"{artifact.source}\0{arch}\0{nvcc}".encode()).hexdigest()[:24]
-    out = _cache_dir() / f"{artifact.entry}-{key}.ptx"
+    kind = "ptx" if arch.startswith("compute_") else "cubin"
+    out = _cache_dir() / f"{artifact.entry}-{key}.{kind}"
     if out.exists():
         return out.read_bytes()
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / f"{artifact.entry}.cu"
         src.write_text(artifact.source)
-        dst = Path(tmp) / "k.ptx"
+        dst = Path(tmp) / f"k.{kind}"
         res = subprocess.run(
-            [nvcc, "-ptx", f"-arch={arch}", "-O3", "-std=c++17", str(src), "-o", str(dst)],
+            [nvcc, f"-{kind}", f"-arch={arch}", "-O3", "-std=c++17", str(src), "-o", str(dst)],
             capture_output=True,
             text=True,
             check=False,
