@@ -180,8 +180,8 @@ def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None):
     r = {}
     for mode, wrap in (("eager", lambda f: f), ("compiled", mx.compile)):
         fo, fs = wrap(ours), wrap(stock)
-        t_ours = timed(lambda: fo(x)) / PRODUCTS_PER_EVAL
-        t_stock = timed(lambda: fs(x)) / PRODUCTS_PER_EVAL
+        t_ours = timed(lambda fo=fo: fo(x)) / PRODUCTS_PER_EVAL
+        t_stock = timed(lambda fs=fs: fs(x)) / PRODUCTS_PER_EVAL
         r[mode] = {
             "t_ours": t_ours,
             "t_stock": t_stock,

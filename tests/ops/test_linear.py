@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import mlx_metile as mt
+from mlx_metile.ops import _compiled
 from mlx_metile.runtime import compile_projection
 
 from ..conftest import requires_emulator
@@ -94,10 +95,11 @@ def test_lazy_evaluation_and_artifact_cache():
     x = rand((3, 64), mx.float16, 1)
     w = rand((16, 64), mx.float16, 2)
     mt.linear(x, w)
-    before = compile_projection.cache_info()
-    y = mt.linear(x, w)  # same spec and row bucket: no compilation
-    after = compile_projection.cache_info()
+    before, compiles = _compiled.cache_info(), compile_projection.cache_info()
+    y = mt.linear(x, w)  # same spec and row bucket: a cache hit, no compilation
+    after = _compiled.cache_info()
     assert after.hits == before.hits + 1 and after.misses == before.misses
+    assert compile_projection.cache_info().misses == compiles.misses
     mx.eval(y)
 
 
