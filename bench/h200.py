@@ -274,6 +274,7 @@ def main() -> int:
                 r.update({"shape": shape_name, "K": K, "N": N, "format": fmt, "rows": rows, "weight_bytes": nbytes})
                 report["cases"].append(r)
                 print(json.dumps(r), flush=True)
+                Path(args.out).write_text(json.dumps(report, indent=1))  # keep what finished
             del pool
     try:
         report["fused"] = {rows: bench_fused(4096, 4096, 1024, 14336, rows) for rows in (1, 4, 16)}
