@@ -379,22 +379,29 @@ class _Lowering:
         def k_at(u: int) -> Poly:
             return Poly.sym("lane") * s.VK + Poly.sym("vw") * s.U + u
 
-        bvals: dict[tuple[int, int, int], Elem] = {}
-        for u in range(s.U):
-            for c in range(s.NC):
-                n = Poly.sym("sg") * s.NC + c
-                for j, d in enumerate(order):
-                    e = self.elem(d.args[1], (k_at(u), n), vscope)
-                    bvals[(j, u, c)] = self.temp(vscope, "f32", self.to(e, "f32"), e.loop_deps)
-        rloop = Loop("r", "0", f"r < {s.BM}", "1", unroll=True)
-        rscope = _Scope(rloop.body, vscope, defines="r")
-        for u in range(s.U):
-            for j, d in enumerate(order):
-                e = self.elem(d.args[0], (Poly.sym("r"), k_at(u)), rscope)
-                a = self.temp(rscope, "f32", self.to(e, "f32"), e.loop_deps)
+        # The U positions go in chunks of C (a 16-byte vector of x): each chunk's
+        # weights (C x NC values) are live only while its row loop runs, which
+        # keeps the registers to BM*NC + C*NC + C per lane. Sum order per
+        # (row, column) stays k ascending.
+        for start in range(0, s.U, s.C):
+            chunk = range(start, start + s.C)
+            bvals: dict[tuple[int, int, int], Elem] = {}
+            for u in chunk:
                 for c in range(s.NC):
-                    rloop.body.append(Assign(f"acc{j}[r][{c}]", f"@fma({a.c}, {bvals[(j, u, c)].c}, acc{j}[r][{c}])"))
-        vloop.body.append(rloop)
+                    n = Poly.sym("sg") * s.NC + c
+                    for j, d in enumerate(order):
+                        e = self.elem(d.args[1], (k_at(u), n), vscope)
+                        bvals[(j, u, c)] = self.temp(vscope, "f32", self.to(e, "f32"), e.loop_deps)
+            rloop = Loop("r", "0", f"r < {s.BM}", "1", unroll=True)
+            rscope = _Scope(rloop.body, vscope, defines="r")
+            for u in chunk:
+                for j, d in enumerate(order):
+                    e = self.elem(d.args[0], (Poly.sym("r"), k_at(u)), rscope)
+                    a = self.temp(rscope, "f32", self.to(e, "f32"), e.loop_deps)
+                    for c in range(s.NC):
+                        fma = f"@fma({a.c}, {bvals[(j, u, c)].c}, acc{j}[r][{c}])"
+                        rloop.body.append(Assign(f"acc{j}[r][{c}]", fma))
+            vloop.body.append(rloop)
         kloop.body.append(vloop)
         body.append(kloop)
 

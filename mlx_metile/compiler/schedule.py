@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32)
 MAX_ROWS_PER_PROGRAM = 32
-# f32 accumulators one lane may hold (BM * NC * accumulators); a GPU thread
-# has about 128 32-bit registers before occupancy suffers.
-ACCUMULATOR_BUDGET = 64
+# f32 values one lane keeps live in the inner loop (accumulators and weights);
+# a GPU thread has about 128 32-bit registers before it spills.
+REGISTER_BUDGET = 96
 MAX_COLUMNS = 8  # columns per SIMD group: more amortise the x loads over more weights
 SIMD_WIDTH = 32
 
@@ -33,7 +33,8 @@ class Schedule:
     NC: int  # output columns per SIMD group
     SG: int  # SIMD groups per threadgroup
     VK: int  # consecutive k per lane per step
-    U: int  # of those, how many are unrolled together (a packed word's worth)
+    U: int  # of those, how many are unrolled together (16 bytes of the widest-packed weight)
+    C: int  # of those, how many share one row loop (16 bytes of x)
 
     @property
     def BN(self) -> int:
@@ -56,7 +57,7 @@ class Schedule:
     def describe(self) -> str:
         return (
             f"schedule {self.kind}: BM={self.BM} rows, SG={self.SG} simdgroups x NC={self.NC} columns, "
-            f"VK={self.VK} k per lane in words of U={self.U} (BK={self.BK})"
+            f"VK={self.VK} k per lane, U={self.U} unrolled in chunks of C={self.C} (BK={self.BK})"
         )
 
 
@@ -90,10 +91,14 @@ def choose(
     weight_bits: tuple[int, ...],
     group_sizes: tuple[int, ...],
     weight_dtypes: tuple[str, ...],
+    act_dtype: str = "bf16",
 ) -> Schedule:
     bm = row_bucket(rows)
-    nc = max(1, min(MAX_COLUMNS, ACCUMULATOR_BUDGET // (bm * accumulators)))
     vk = k_per_lane(weight_bits, group_sizes, weight_dtypes)
-    # unroll one 16-byte vector of the widest-packed weight at a time
-    u = max(values_per_16_bytes(b, d) for b, d in zip(weight_bits, weight_dtypes))
-    return Schedule("simd_splitk", BM=bm, NC=nc, SG=2, VK=vk, U=min(u, vk))
+    # unroll one 16-byte vector of the widest-packed weight at a time ...
+    u = min(vk, max(values_per_16_bytes(b, d) for b, d in zip(weight_bits, weight_dtypes)))
+    # ... in chunks of one 16-byte vector of x
+    c = min(u, values_per_16_bytes(0, act_dtype))
+    # registers per lane: accumulators BM*NC*acc, live weights C*NC*acc, x C
+    nc = max(1, min(MAX_COLUMNS, REGISTER_BUDGET // ((bm + c) * accumulators)))
+    return Schedule("simd_splitk", BM=bm, NC=nc, SG=2, VK=vk, U=u, C=c)
