@@ -294,8 +294,19 @@ def _model_dtype(model: nn.Module) -> mx.Dtype:
 
 
 # -- patch -----------------------------------------------------------------------
+def default_max_rows() -> int:
+    """Rows up to which patched modules use mlx_metile kernels: 32 on the CPU
+    and Metal paths; on MLX's CUDA backend 4, where the measured crossover with
+    stock MLX lies (bench/results/h200-2026-11-29.md: 1.4-2.6x for int4/int8
+    at 2-4 rows on Llama-3.1-8B shapes, slower from 8 rows)."""
+    from ..ops import _gpu_backend
+
+    on_gpu = mx.default_device().type == mx.DeviceType.gpu
+    return 4 if on_gpu and _gpu_backend() == "cuda" else 32
+
+
 def patch(
-    model: nn.Module, *, verify: bool = True, tolerance: float = 0.0, max_rows: int = 32, seed: int = 0
+    model: nn.Module, *, verify: bool = True, tolerance: float = 0.0, max_rows: int | None = None, seed: int = 0
 ) -> PatchReport:
     """Swap the model's projections for mlx_metile's fused kernels.
 
@@ -308,13 +319,16 @@ def patch(
       distance and F32_FLOOR. For float32 models this is the plain difference
       from the unpatched logits. Models with more than F32_REFERENCE_LIMIT bytes
       of half-precision parameters use FIXED_FLOOR instead of that reference.
-    max_rows: calls with more rows (long prefill) stay on stock MLX.
+    max_rows: calls with more rows (long prefill) stay on stock MLX; None picks
+      default_max_rows() for the default device.
     Returns a PatchReport (falsy when nothing was replaced) with .restore()."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: expected an mlx.nn.Module, got {type(model).__name__}")
     if tolerance < 0:
         raise ValueError(f"tolerance: must be >= 0, got {tolerance}")
-    if not 1 <= max_rows:
+    if max_rows is None:
+        max_rows = default_max_rows()
+    if max_rows < 1:
         raise ValueError(f"max_rows: must be >= 1, got {max_rows}")
     report = PatchReport()
     if not verify:

@@ -1,0 +1,89 @@
+"""Render bench/h200.py results: a markdown table (median time per product,
+effective weight bandwidth, fraction of the copy roofline of the same run,
+speedup over stock MLX) and, where matplotlib is installed, a plot of the
+speedup by rows.
+
+    python bench/render_h200.py bench/results/h200-<date>.json [--plot out.png] [--mode compiled|eager]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+
+
+def table(report: dict, mode: str) -> str:
+    roof = report["copy_roofline_bytes_per_s"]
+    lines = [
+        f"{report['device_info'].get('device_name')} - MLX {report['mlx']} - mlx-metile {report['mlx_metile']} - "
+        f"{report['date']} - copy roofline {roof / 1e12:.2f} TB/s (read+write, same run) - timing: {mode}",
+        "",
+        "| shape | format | rows | mlx-metile us | GB/s | of roofline | stock MLX us | GB/s | speedup |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in report["cases"]:
+        if mode not in c:
+            continue
+        r = c[mode]
+        lines.append(
+            f"| {c['shape']} | {c['format']} | {c['rows']} | {r['t_ours'] * 1e6:.1f} | {r['gbs_ours']:.0f} | "
+            f"{r['gbs_ours'] * 1e9 / roof:.0%} | {r['t_stock'] * 1e6:.1f} | {r['gbs_stock']:.0f} | {r['speedup']:.2f}x |"
+        )
+    fused = report.get("fused", {})
+    if isinstance(fused, dict) and fused and "error" not in fused:
+        lines += [
+            "",
+            "| fused op (eager) | rows | fused us | separate mlx-metile calls us | speedup |",
+            "|---|---|---|---|---|",
+        ]
+        for rows, ops in fused.items():
+            for name, r in ops.items():
+                lines.append(
+                    f"| {name} | {rows} | {r['t_fused'] * 1e6:.1f} | {r['t_separate'] * 1e6:.1f} | {r['speedup']:.2f}x |"
+                )
+    return "\n".join(lines)
+
+
+def plot(report: dict, mode: str, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+    for c in report["cases"]:
+        if mode in c:
+            series[(c["shape"], c["format"])].append((c["rows"], c[mode]["speedup"]))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), sharey=True)
+    for ax, fmt in zip(axes, ("bf16", "int4", "int8")):
+        for (shape, f), pts in sorted(series.items()):
+            if f != fmt:
+                continue
+            xs, ys = zip(*sorted(pts))
+            ax.plot(xs, ys, marker="o", label=shape)
+        ax.axhline(1.0, color="gray", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("rows")
+        ax.set_title(f"{fmt}: mlx-metile / stock MLX")
+    axes[0].set_ylabel(f"speedup ({mode} timing)")
+    axes[-1].legend(fontsize=7)
+    fig.suptitle(f"{report['device_info'].get('device_name')} - {report['date']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("json")
+    ap.add_argument("--mode", default="compiled", choices=["compiled", "eager"])
+    ap.add_argument("--plot")
+    args = ap.parse_args()
+    report = json.load(open(args.json))
+    print(table(report, args.mode))
+    if args.plot:
+        plot(report, args.mode, args.plot)
+
+
+if __name__ == "__main__":
+    main()
