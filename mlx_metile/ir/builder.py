@@ -235,6 +235,15 @@ class Builder:
         args = (offsets, value) if mask is None else (offsets, value, mask)
         self._emit("store", args, {"buffer": buffer}, None)
 
+    def reduce(self, op: str, a: T, axis: int) -> T:
+        """Sum / max / min of a tile over one axis (the axis is removed)."""
+        if op not in ("sum", "max", "min"):
+            raise ValueError(f"reduce: op must be sum, max or min, got {op!r}")
+        if not 0 <= axis < len(a.shape):
+            raise ValueError(f"reduce: axis {axis} outside a rank-{len(a.shape)} tile")
+        shape = a.shape[:axis] + a.shape[axis + 1 :]
+        return self._emit("reduce", (a,), {"op": op, "axis": axis}, TileType(a.dtype, shape))
+
     def dot(self, a: T, b: T, acc: T) -> T:
         """acc + a @ b with f32 accumulation; a [M, K], b [K, N], acc [M, N] f32."""
         if len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:

@@ -145,6 +145,10 @@ def _op(program: Program, n: Op, env: dict, flat: dict, pid) -> None:
         r = np.expand_dims(a[0], n.attrs["axis"])
     elif k == "trans":
         r = np.ascontiguousarray(a[0].T)
+    elif k == "reduce":
+        fn = {"sum": np.sum, "max": np.max, "min": np.min}[n.attrs["op"]]
+        x = a[0] if dtype in _NP_INT else np.asarray(a[0], np.float32)
+        r = _as_dtype(fn(x, axis=n.attrs["axis"]), dtype)
     elif k == "dot":
         prod = np.asarray(a[0], np.float32) @ np.asarray(a[1], np.float32)
         r = (np.asarray(a[2], np.float32) + prod).astype(np.float32)

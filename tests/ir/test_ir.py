@@ -99,3 +99,23 @@ def test_projection_program_interpreted_matches_numpy(act):
     ref = 0.5 * z * (1 + np.vectorize(erf)(z / np.sqrt(2)))
     ulp = {"f32": 2.0**-24, "f16": 2.0**-11, "bf16": 2.0**-8}[act]
     np.testing.assert_allclose(load(y), ref, rtol=2 * ulp, atol=1e-5)
+
+
+def test_reduce_over_an_axis():
+    b = Builder("rowmax", grid_rank=1)
+    b.buffer("a", "f32")
+    b.buffer("s", "f32", output=True)
+    b.buffer("m", "f32", output=True)
+    i, j = b.arange(4), b.arange(8)
+    tile = b.load("a", i[:, None] * 8 + j[None, :])
+    b.store("s", i, b.reduce("sum", tile, 1))
+    b.store("m", j, b.reduce("max", tile, 0))
+    prog = b.build()
+    verify(prog)
+    a = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
+    s, m = np.zeros(4, np.float32), np.zeros(8, np.float32)
+    interpret(prog, (1,), {"a": a, "s": s, "m": m}, {})
+    np.testing.assert_allclose(s, a.sum(axis=1), rtol=1e-6)
+    np.testing.assert_array_equal(m, a.max(axis=0))
+    with pytest.raises(ValueError, match="reduce: axis 2 outside a rank-2 tile"):
+        b.reduce("sum", tile, 2)

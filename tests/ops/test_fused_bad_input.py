@@ -1,0 +1,55 @@
+"""Bad input to the quantized and fused ops: a ValueError / TypeError naming the argument."""
+
+import mlx.core as mx
+import pytest
+
+import mlx_metile as mt
+
+from ..helpers import rand
+
+
+def _q(n=8, k=128, group=64, bits=4):
+    return mx.quantize(rand((n, k), mx.float32, 1), group_size=group, bits=bits)
+
+
+def test_quantized_argument_errors():
+    x = rand((2, 128), mx.float32, 2)
+    w, s, b = _q()
+    with pytest.raises(ValueError, match="bits: 3 is not supported"):
+        mt.quantized_linear(x, w, s, b, bits=3)
+    with pytest.raises(ValueError, match="group_size: 16 is not supported"):
+        mt.quantized_linear(x, w, s, b, group_size=16)
+    with pytest.raises(ValueError, match=r"scales: expected shape \(8, 2\)"):
+        mt.quantized_linear(x, w, s[:, :1], b)
+    with pytest.raises(ValueError, match=r"biases: dtype mlx.core.float16 differs from scales' mlx.core.float32"):
+        mt.quantized_linear(x, w, s, b.astype(mx.float16))
+    with pytest.raises(TypeError, match=r"scales: dtype mlx.core.int32 is not supported"):
+        mt.quantized_linear(x, w, s.astype(mx.int32), b.astype(mx.int32))
+    with pytest.raises(ValueError, match=r"w: expected a 2-D uint32 array"):
+        mt.quantized_linear(x, w.astype(mx.int32), s, b)
+    with pytest.raises(ValueError, match=r"w: K=128 does not match x's last dimension 96"):
+        mt.quantized_linear(x[:, :96], w, s, b)
+    w6, s6, b6 = mx.quantize(rand((8, 96), mx.float32, 3), group_size=32, bits=4)
+    with pytest.raises(ValueError, match=r"group_size: K=96 .* is not a multiple of 64"):
+        mt.QuantizedWeight(w6, s6[:, :1], b6[:, :1], group_size=64, bits=4)
+
+
+def test_fused_argument_errors():
+    x = rand((3, 32), mx.float32, 1)
+    a, b, c = rand((8, 32), mx.float32, 2), rand((8, 32), mx.float32, 3), rand((6, 32), mx.float32, 4)
+    with pytest.raises(ValueError, match="epilogue: 'swiglu' takes exactly two weights"):
+        mt.fused_linear(x, [a, b, c], epilogue="swiglu")
+    with pytest.raises(ValueError, match="weights: gate and up must have the same N"):
+        mt.fused_linear(x, [a, c], epilogue="swiglu")
+    with pytest.raises(ValueError, match="epilogue: 'relu' is not one of"):
+        mt.fused_linear(x, [a], epilogue="relu")
+    with pytest.raises(ValueError, match=r"weights\[1\]: K=16 does not match x's last dimension 32"):
+        mt.fused_linear(x, [a, rand((8, 16), mx.float32, 5)])
+    with pytest.raises(ValueError, match=r"residual: expected shape \(3, 8\), got \(3, 7\)"):
+        mt.fused_linear(x, [a], residual=rand((3, 7), mx.float32, 6))
+    with pytest.raises(ValueError, match="residual: a residual is added to a single output"):
+        mt.fused_linear(x, [a, b], residual=rand((3, 8), mx.float32, 6))
+    with pytest.raises(ValueError, match=r"biases: expected 2 entries"):
+        mt.fused_linear(x, [a, b], biases=[None])
+    with pytest.raises(TypeError, match="weights: expected a list or tuple"):
+        mt.fused_linear(x, a)
