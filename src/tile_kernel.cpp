@@ -1,5 +1,6 @@
 #include "tile_kernel.h"
 
+#include <functional>
 #include <stdexcept>
 
 #include "cpu/projection.h"
@@ -92,36 +93,39 @@ void TileKernel::eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::
 #endif
 }
 
-std::vector<mx::array> TileKernel::vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
-                                       const std::vector<int>& argnums, const std::vector<mx::array>& outputs) {
-  std::vector<mx::Dtype> dtypes;
-  for (const auto& o : outputs) dtypes.push_back(o.dtype());
-  auto s = stream();
-  auto fn = [&, desc = desc_](const std::vector<mx::array>& sub) {
+namespace {
+
+// The reference computation as a function of the differentiated inputs only
+// (the others held at their primal values), and those inputs' primals.
+using Fn = std::function<std::vector<mx::array>(const std::vector<mx::array>&)>;
+std::pair<Fn, std::vector<mx::array>> restricted(const ProjectionDesc& desc, const std::vector<mx::array>& primals,
+                                                 const std::vector<int>& argnums, std::vector<mx::Dtype> dtypes,
+                                                 mx::Stream s) {
+  Fn fn = [desc, primals, argnums, dtypes = std::move(dtypes), s](const std::vector<mx::array>& sub) {
     std::vector<mx::array> all = primals;
     for (size_t i = 0; i < argnums.size(); ++i) all[argnums[i]] = sub[i];
     return reference(desc, all, dtypes, s);
   };
   std::vector<mx::array> sub;
   for (int a : argnums) sub.push_back(primals[a]);
+  return {fn, sub};
+}
+
+}  // namespace
+
+std::vector<mx::array> TileKernel::vjp(const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                                       const std::vector<int>& argnums, const std::vector<mx::array>& outputs) {
+  std::vector<mx::Dtype> dtypes;
+  for (const auto& o : outputs) dtypes.push_back(o.dtype());
+  auto [fn, sub] = restricted(desc_, primals, argnums, std::move(dtypes), stream());
   return mx::vjp(fn, sub, cotangents).second;
 }
 
 std::vector<mx::array> TileKernel::jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
                                        const std::vector<int>& argnums) {
-  auto s = stream();
-  std::vector<mx::Dtype> dtypes;
-  for (const auto& sh : output_shapes(primals)) {
-    (void)sh;
-    dtypes.push_back(primals[0].dtype());
-  }
-  auto fn = [&, desc = desc_](const std::vector<mx::array>& sub) {
-    std::vector<mx::array> all = primals;
-    for (size_t i = 0; i < argnums.size(); ++i) all[argnums[i]] = sub[i];
-    return reference(desc, all, dtypes, s);
-  };
-  std::vector<mx::array> sub;
-  for (int a : argnums) sub.push_back(primals[a]);
+  // outputs have x's dtype (the op casts x to the promoted dtype first)
+  std::vector<mx::Dtype> dtypes(output_shapes(primals).size(), primals[0].dtype());
+  auto [fn, sub] = restricted(desc_, primals, argnums, std::move(dtypes), stream());
   return mx::jvp(fn, sub, tangents).second;
 }
 

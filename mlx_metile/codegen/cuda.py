@@ -17,19 +17,7 @@ WARP_SUM = """__device__ __forceinline__ float metile_warp_sum(float v) {
 
 class CUDARenderer(CStyleRenderer):
     target = "cuda"
-    types = {
-        "f32": "float",
-        "f16": "__half",
-        "bf16": "__nv_bfloat16",
-        "i32": "int",
-        "u32": "unsigned int",
-        "bool": "bool",
-        "int": "int",
-        "vu32": "metile_vec_u32",
-        "vbf16": "metile_vec_bf16",
-        "vf16": "metile_vec_f16",
-        "vf32": "metile_vec_f32",
-    }
+    types = {**CStyleRenderer.types, "f16": "__half", "bf16": "__nv_bfloat16", "u32": "unsigned int"}
     align16 = "__align__(16)"
     fn_prefix = "__device__ __forceinline__ "
     calls = {

@@ -64,12 +64,17 @@ def tool_beside_clang(name: str) -> str | None:
     return None
 
 
-def cache_dir() -> Path:
+def cache_root(sub: str) -> Path:
+    """A folder of the package's cache: MLX_METILE_CACHE, else ~/.cache/mlx_metile."""
     root = os.environ.get("MLX_METILE_CACHE")
     base = Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mlx_metile"
-    path = base / "emu"
+    path = base / sub
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def cache_dir() -> Path:
+    return cache_root("emu")
 
 
 def run_clang(args: list[str], what: str) -> subprocess.CompletedProcess:

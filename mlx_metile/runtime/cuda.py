@@ -12,6 +12,7 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
+from ..emu.toolchain import cache_root
 from .artifact import Artifact
 
 DEFAULT_ARCH = "sm_90"
@@ -39,14 +40,6 @@ def cuda_arch() -> str:
     return os.environ.get("MLX_METILE_CUDA_ARCH", DEFAULT_ARCH)
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("MLX_METILE_CACHE")
-    base = Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mlx_metile"
-    path = base / "cuda"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 @lru_cache(maxsize=512)
 def ptx(artifact: Artifact, arch: str | None = None) -> bytes:
     """Machine code of a CUDA artifact: a cubin for an `sm_NN` arch, PTX for a
@@ -60,7 +53,7 @@ def ptx(artifact: Artifact, arch: str | None = None) -> bytes:
         raise CudaCompileError("nvcc not found: install the CUDA toolkit or set MLX_METILE_NVCC")
     key = hashlib.sha256(f"{artifact.source}\0{arch}\0{nvcc}".encode()).hexdigest()[:24]
     kind = "ptx" if arch.startswith("compute_") else "cubin"
-    out = _cache_dir() / f"{artifact.entry}-{key}.{kind}"
+    out = cache_root("cuda") / f"{artifact.entry}-{key}.{kind}"
     if out.exists():
         return out.read_bytes()
     with tempfile.TemporaryDirectory() as tmp:
