@@ -34,6 +34,7 @@ except ImportError as e:  # pragma: no cover - only where the extension was not 
 
 _DTYPES = {mx.float32: "f32", mx.float16: "f16", mx.bfloat16: "bf16"}
 SUPPORTED_BITS = (4, 8)
+_INDEX_LIMIT = 2**31 - 2**20  # elements; offsets in the kernels are int32
 SUPPORTED_GROUP_SIZES = (32, 64, 128)
 StreamLike = mx.Stream | mx.Device | None
 
@@ -231,6 +232,12 @@ def _project(
     x2 = x.reshape(rows, K)
     res2 = residual.reshape(rows, Ns[0]) if residual is not None else None
 
+    # Kernels index with 32-bit integers: larger operands take the stock path.
+    largest = max(
+        [x2.size, rows * max(Ns)] + [(w.w.size if isinstance(w, QuantizedWeight) else w.size) for w in weights]
+    )
+    if largest >= _INDEX_LIMIT:
+        backend = "mlx"
     if backend == "mlx":
         outs = fused_reference(x2, weights, biases, epilogue, res2)
         _record(op, rows, K, Ns, formats, epilogue, residual is not None, backend, None)

@@ -173,3 +173,15 @@ def test_bad_bias_and_float64():
         mt.linear(x.astype(mx.float64, stream=mx.cpu), w)
     with pytest.raises(TypeError, match="stream: expected an mlx Stream, Device or None"):
         mt.linear(x, w, stream="gpu")
+
+
+def test_operands_beyond_int32_indexing_take_the_stock_path(monkeypatch):
+    from mlx_metile import ops
+
+    monkeypatch.setattr(ops, "_INDEX_LIMIT", 100)  # as if the operands were > 2**31 elements
+    x = rand((3, 16), mx.float32, 1)
+    w = rand((8, 16), mx.float32, 2)
+    with mt.trace() as t:
+        y = mt.linear(x, w)
+    assert [r.backend for r in t] == ["mlx"]
+    np.testing.assert_allclose(f64(y), f64(x) @ f64(w).T, rtol=1e-5, atol=1e-5)
