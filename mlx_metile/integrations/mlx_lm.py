@@ -382,14 +382,19 @@ def patch(
         right = keep(candidates[mid:], base + left)
         return left + right
 
-    first = [p for p in parts if p.needs is None]
-    kept = keep(first, [])
-    second = [p for p in parts if p.needs is not None and p.needs in kept]
-    for p in parts:
-        if p.needs is not None and p.needs not in kept:
-            report.declined.append((p.path, p.kind, f"needs {p.needs.kind} at {p.needs.path}, which was declined"))
-    kept += keep(second, kept)
-    report.max_diff = diff(kept)
+    try:
+        first = [p for p in parts if p.needs is None]
+        kept = keep(first, [])
+        second = [p for p in parts if p.needs is not None and p.needs in kept]
+        for p in parts:
+            if p.needs is not None and p.needs not in kept:
+                report.declined.append((p.path, p.kind, f"needs {p.needs.kind} at {p.needs.path}, which was declined"))
+        kept += keep(second, kept)
+        report.max_diff = diff(kept)
+    except BaseException:  # a part that fails to run: leave the model as it was
+        for p in parts:
+            p.off()
+        raise
     report.allowed = allowed
     if report.max_diff > allowed:  # cannot happen if each step held; never leave a bad state
         for p in parts:
