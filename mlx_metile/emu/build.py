@@ -92,7 +92,7 @@ def runtime_library() -> Path:
             return lib
         tmp = lib.with_suffix(f".{os.getpid()}.tmp")
         args = [*COMMON_FLAGS, "-O2", "-g", "-U_FORTIFY_SOURCE", "-shared", "--rtlib=compiler-rt"]
-        res = run_clang([*args, str(RUNTIME / "runtime.cpp"), "-o", str(tmp), "-ldl", "-lstdc++"], "runtime")
+        res = run_clang([*args, str(RUNTIME / "runtime.cpp"), "-o", str(tmp), "-ldl", "-lstdc++"])
         if res.returncode != 0:
             raise CompileError(f"building the emulator runtime failed:\n{res.stderr}")
         os.replace(tmp, lib)
@@ -108,11 +108,11 @@ def _lint(t: Translation, workdir: Path) -> None:
     """What a plain C++ compile would accept but MSL rejects."""
     src = workdir / t.filename
     # 1. address spaces as distinct clang address spaces
-    res = run_clang([*COMMON_FLAGS, *KERNEL_FLAGS, "-DMETILE_LINT", "-fsyntax-only", str(src)], "lint")
+    res = run_clang([*COMMON_FLAGS, *KERNEL_FLAGS, "-DMETILE_LINT", "-fsyntax-only", str(src)])
     if res.returncode != 0:
         raise CompileError(_clean_diagnostics(res.stderr, workdir))
     # 2. recursion and mutable program-scope variables, read off the IR
-    res = run_clang([*COMMON_FLAGS, *KERNEL_FLAGS, "-O0", "-S", "-emit-llvm", "-o", "-", str(src)], "ir")
+    res = run_clang([*COMMON_FLAGS, *KERNEL_FLAGS, "-O0", "-S", "-emit-llvm", "-o", "-", str(src)])
     if res.returncode != 0:
         raise CompileError(_clean_diagnostics(res.stderr, workdir))
     check_ir(res.stdout, t.filename)
@@ -192,17 +192,11 @@ def build_kernel(t: Translation, extra_flags: tuple[str, ...] = ()) -> Path:
     full = workdir / f"{t.name}.full.cpp"
     _atomic_write(full, t.cpp + entry_point(t))
     obj = workdir / f"{t.name}.{os.getpid()}.o"
-    res = run_clang(
-        [*COMMON_FLAGS, *KERNEL_FLAGS, *INSTRUMENT_FLAGS, *extra_flags, "-c", str(full), "-o", str(obj)],
-        "compile",
-    )
+    res = run_clang([*COMMON_FLAGS, *KERNEL_FLAGS, *INSTRUMENT_FLAGS, *extra_flags, "-c", str(full), "-o", str(obj)])
     if res.returncode != 0:
         raise CompileError(_clean_diagnostics(res.stderr, workdir))
     tmp = so.with_suffix(f".{os.getpid()}.tmp")
-    res = run_clang(
-        ["-shared", "--rtlib=compiler-rt", str(obj), str(rt), f"-Wl,-rpath,{rt.parent}", "-o", str(tmp)],
-        "link",
-    )
+    res = run_clang(["-shared", "--rtlib=compiler-rt", str(obj), str(rt), f"-Wl,-rpath,{rt.parent}", "-o", str(tmp)])
     obj.unlink(missing_ok=True)
     if res.returncode != 0:
         raise CompileError(f"linking {t.name} failed:\n{res.stderr}")

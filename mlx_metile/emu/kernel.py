@@ -62,10 +62,6 @@ class KernelFault(EmulatorError):
         super().__init__(f"{location}: {message}" if location else message)
 
 
-class _ThreadCtxPlaceholder(ctypes.Structure):
-    pass
-
-
 class _Launch(ctypes.Structure):
     _fields_ = [
         ("threadgroups", ctypes.c_uint32 * 3),

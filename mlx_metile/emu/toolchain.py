@@ -77,5 +77,5 @@ def cache_dir() -> Path:
     return cache_root("emu")
 
 
-def run_clang(args: list[str], what: str) -> subprocess.CompletedProcess:
+def run_clang(args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run([find_clang(), *args], capture_output=True, text=True, check=False)

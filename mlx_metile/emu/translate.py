@@ -32,6 +32,7 @@ POSITION_SCALARS = {
 }
 _VECTOR_CTOR = re.compile(r"\b((?:float|half|bfloat|int|uint|short|ushort|char|uchar|long|ulong|bool)[234])\s*\(")
 _VEC_TEMPLATE_CTOR = re.compile(r"\bvec\s*<([^<>;(){}]*)>\s*\(")
+_KERNEL = re.compile(r"(?:\bkernel|\[\[\s*kernel\s*\]\])\s+void\s+(\w+)\s*\(")
 _ADDRESS_WORDS = {"device", "constant", "threadgroup", "thread", "const", "volatile"}
 
 
@@ -198,14 +199,10 @@ def _rewrite_threadgroup(src: str, filename: str) -> str:
     return "".join(out)
 
 
-def find_kernels(src: str) -> list[str]:
-    return re.findall(r"(?:\bkernel|\[\[\s*kernel\s*\]\])\s+void\s+(\w+)\s*\(", strip_comments(src))
-
-
 def translate(source: str, name: str) -> Translation:
     filename = f"{name}.metal"
     src = strip_comments(source)
-    kernels = list(re.finditer(r"(?:\bkernel|\[\[\s*kernel\s*\]\])\s+void\s+(\w+)\s*\(", src))
+    kernels = list(_KERNEL.finditer(src))
     match = next((k for k in kernels if k.group(1) == name), None)
     if match is None:
         found = ", ".join(k.group(1) for k in kernels) or "none"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .nodes import For, Op, Program, TileType, Value, walk
+from .nodes import For, Op, Program, TileType, Value
 
 
 def bind_meta(program: Program, values: dict[str, int]) -> Program:
@@ -57,16 +57,3 @@ def bind_meta(program: Program, values: dict[str, int]) -> Program:
     return Program(
         program.name, list(program.params), new_body, program.grid_rank, {k: values[k] for k in program.meta}, params
     )
-
-
-def users(program: Program) -> dict[int, list]:
-    """value id -> ops/loops that read it."""
-    out: dict[int, list] = {}
-    for node in walk(program.body):
-        reads = (node.start, node.stop, node.step, *node.init) if isinstance(node, For) else node.args
-        for v in reads:
-            out.setdefault(v.id, []).append(node)
-        if isinstance(node, For):
-            for v in node.yields:
-                out.setdefault(v.id, []).append(node)
-    return out

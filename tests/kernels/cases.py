@@ -25,11 +25,14 @@ class Case:
     epilogue: str | None = None
     residual: mx.array | None = None
 
-    def run(self, rows: int | None = None):
-        x = self.x if rows is None else self.x[:rows]
-        res = None if self.residual is None or rows is None else self.residual[:rows]
-        res = self.residual if rows is None else res
-        return mt.fused_linear(x, self.weights, biases=self.biases, epilogue=self.epilogue, residual=res)
+    def run_rows(self, start: int, stop: int):
+        res = self.residual[start:stop] if self.residual is not None else None
+        return mt.fused_linear(
+            self.x[start:stop], self.weights, biases=self.biases, epilogue=self.epilogue, residual=res
+        )
+
+    def run(self, rows: int):
+        return self.run_rows(0, rows)
 
     # -- reference ---------------------------------------------------------
     def weight64(self, w) -> np.ndarray:

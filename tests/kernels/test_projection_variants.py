@@ -31,14 +31,6 @@ def _as_list(o):
     return o if isinstance(o, list) else [o]
 
 
-def _run_rows(self: Case, start: int, stop: int):
-    res = self.residual[start:stop] if self.residual is not None else None
-    return mt.fused_linear(self.x[start:stop], self.weights, biases=self.biases, epilogue=self.epilogue, residual=res)
-
-
-Case.run_rows = _run_rows
-
-
 def quantized_case(act, b: int, group: int) -> Case:
     k, n = 384, 37  # K: three groups of 128 (a K tail for every BK); N: a column tail
     return Case(rand((33, k), act, 11), [quantized_weight(n, k, act, b, group, 12)], [None])
