@@ -23,6 +23,7 @@ class Decl:
     init: str | None = None
     dims: tuple[int, ...] = ()
     const: bool = False
+    shared: bool = False  # threadgroup (MSL) / __shared__ (CUDA) storage
 
 
 @dataclass
@@ -52,7 +53,13 @@ class Comment:
     text: str
 
 
-Stmt = Decl | Assign | Loop | If | Comment
+@dataclass
+class Barrier:
+    """Every thread of the threadgroup arrives before any continues; their
+    threadgroup-memory writes are visible after it."""
+
+
+Stmt = Decl | Assign | Loop | If | Comment | Barrier
 
 
 @dataclass

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from .ast import Assign, Comment, Decl, If, KernelDef, Loop
+from .ast import Assign, Barrier, Comment, Decl, If, KernelDef, Loop
 
 # Preamble helpers in neutral notation; dialects map the @calls inside them.
 HELPERS = {
@@ -69,6 +69,8 @@ class CStyleRenderer:
         "vget_f32": "{0}.v[{1}]",
     }
     unroll_pragma = "#pragma unroll"
+    shared_space = "threadgroup"
+    barrier = "threadgroup_barrier(mem_flags::mem_threadgroup)"
     indent_unit = "  "
 
     # -- conversions: @cvt_<to>_<from>(x) ------------------------------------
@@ -106,7 +108,8 @@ class CStyleRenderer:
                 t = self.types[s.dtype]
                 dims = "".join(f"[{d}]" for d in s.dims)
                 init = f" = {self.expr(s.init)}" if s.init is not None else ""
-                out.append(f"{pad}{'const ' if s.const else ''}{t} {s.name}{dims}{init};")
+                space = f"{self.shared_space} " if s.shared else ""
+                out.append(f"{pad}{space}{'const ' if s.const else ''}{t} {s.name}{dims}{init};")
             elif isinstance(s, Assign):
                 out.append(f"{pad}{self.expr(s.target)} = {self.expr(s.value)};")
             elif isinstance(s, Loop):
@@ -117,6 +120,8 @@ class CStyleRenderer:
                 )
                 out += self.stmts(s.body, depth + 1)
                 out.append(f"{pad}}}")
+            elif isinstance(s, Barrier):
+                out.append(f"{pad}{self.barrier};")
             elif isinstance(s, If):
                 out.append(f"{pad}if ({self.expr(s.cond)}) {{")
                 out += self.stmts(s.body, depth + 1)

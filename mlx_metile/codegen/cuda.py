@@ -19,6 +19,8 @@ class CUDARenderer(CStyleRenderer):
     target = "cuda"
     types = {**CStyleRenderer.types, "f16": "__half", "bf16": "__nv_bfloat16", "u32": "unsigned int"}
     align16 = "__align__(16)"
+    shared_space = "__shared__"
+    barrier = "__syncthreads()"
     fn_prefix = "__device__ __forceinline__ "
     calls = {
         **CStyleRenderer.calls,
@@ -29,6 +31,7 @@ class CUDARenderer(CStyleRenderer):
         "min": "fminf({0}, {1})",
         "simd_sum": "metile_warp_sum({0})",
         "lane": "(int)(threadIdx.x & 31)",
+        "tid": "(int)threadIdx.x",
         "simdgroup": "(int)(threadIdx.x >> 5)",
         "program_id0": "(int)blockIdx.x",
         "program_id1": "(int)blockIdx.y",

@@ -5,6 +5,14 @@ from __future__ import annotations
 from .ast import KernelDef
 from .cstyle import CStyleRenderer
 
+# An explicit xor butterfly rather than metal::simd_sum, whose summation order
+# Metal does not specify: the tiled schedule reproduces this exact tree, so a
+# row's bits are the same whichever schedule computed it.
+SIMD_SUM = """inline float metile_simd_sum(float v) {
+  for (ushort offset = 16; offset > 0; offset >>= 1) v += metal::simd_shuffle_xor(v, offset);
+  return v;
+}"""
+
 
 class MSLRenderer(CStyleRenderer):
     target = "msl"
@@ -17,8 +25,9 @@ class MSLRenderer(CStyleRenderer):
         "tanh": "metal::precise::tanh({0})",
         "max": "metal::max({0}, {1})",
         "min": "metal::min({0}, {1})",
-        "simd_sum": "metal::simd_sum({0})",
+        "simd_sum": "metile_simd_sum({0})",
         "lane": "metile_lane",
+        "tid": "int(metile_tid)",
         "simdgroup": "metile_simdgroup",
         "program_id0": "int(metile_tgid.x)",
         "program_id1": "int(metile_tgid.y)",
@@ -42,7 +51,7 @@ class MSLRenderer(CStyleRenderer):
         return f"const device {t}*"
 
     def prelude(self) -> list[str]:
-        return ["#include <metal_stdlib>", "using namespace metal;"]
+        return ["#include <metal_stdlib>", "using namespace metal;", SIMD_SUM]
 
     def signature(self, k: KernelDef) -> str:
         params = []
@@ -56,6 +65,7 @@ class MSLRenderer(CStyleRenderer):
             "uint3 metile_tgid [[threadgroup_position_in_grid]]",
             "uint metile_lane [[thread_index_in_simdgroup]]",
             "uint metile_simdgroup [[simdgroup_index_in_threadgroup]]",
+            "uint metile_tid [[thread_index_in_threadgroup]]",
         ]
         joined = ",\n    ".join(params)
         return f"[[max_total_threads_per_threadgroup({k.threads_per_group})]]\nkernel void {k.name}(\n    {joined})"

@@ -14,6 +14,7 @@ polynomials (poly.py) so equal offsets render equally and loads are shared.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..codegen.ast import Assign, Comment, Decl, If, KernelDef, KernelParam, Loop
@@ -44,7 +45,7 @@ class Elem:
         return render(self.poly) if self.poly is not None else self.text  # type: ignore[return-value]
 
 
-LOOP_SYMBOLS = frozenset({"kb", "vw", "r"})
+LOOP_SYMBOLS = frozenset({"kb", "vw", "r", "leaf", "vs"})
 VECTOR_WIDTH = {"u32": 4, "bf16": 8, "f16": 8, "f32": 4}  # elements per 16-byte load
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
@@ -54,11 +55,21 @@ class _Scope:
     temporary goes to the innermost scope defining a counter it depends on,
     so loop-invariant loads are hoisted out of inner loops."""
 
-    def __init__(self, stmts: list, parent: _Scope | None = None, defines: str | None = None, fence: bool = False):
+    def __init__(
+        self,
+        stmts: list,
+        parent: _Scope | None = None,
+        defines: str | None = None,
+        fence: bool = False,
+        declare_in: list | None = None,
+    ):
         self.stmts = stmts
         self.parent = parent
         self.defines = defines
         self.fence = fence  # the body of an `if`: nothing is hoisted out of it
+        # temporaries are declared here (outside this scope's block) and only
+        # assigned in it, so that they stay visible after the block ends
+        self.declare_in = declare_in
         self.cache: dict = {}
 
     def home(self, deps: frozenset[str]) -> _Scope:
@@ -94,7 +105,8 @@ class _Lowering:
         self.names = 0
         self.sym: dict[int, Poly] = {}
         self.acc: dict[int, int] = {}  # loop result / carried value id -> accumulator number
-        self.epilogue_at: tuple[Poly, Poly, int] | None = None  # (r, n, c) while rendering stores
+        # (row, column, accumulator j -> its text) while rendering the stores of one output element
+        self.epilogue_at: tuple[Poly, Poly, Callable[[int], str]] | None = None
         self.bounds: dict[str, int] = {}  # exclusive upper bounds of loop counters
         tops = [n for n in program.body if isinstance(n, For)]
         if len(tops) != 1:
@@ -131,7 +143,11 @@ class _Lowering:
             return hit
         home = scope.home(deps)
         name = self.fresh("t")
-        home.stmts.append(Decl(dtype, name, text, const=True))
+        if home.declare_in is not None:
+            home.declare_in.append(Decl(dtype, name))
+            home.stmts.append(Assign(name, text))
+        else:
+            home.stmts.append(Decl(dtype, name, text, const=True))
         e = Elem(dtype, text=name, deps=deps)
         home.cache[key] = e
         return e
@@ -148,12 +164,12 @@ class _Lowering:
         if v.id in self.acc:
             if self.epilogue_at is None:
                 raise LowerError(f"{self.p.name}: an accumulator is read before the K loop ends")
-            r, n, c = self.epilogue_at
+            r, n, acc_text = self.epilogue_at
             # a size-1 dimension (BM == 1) is indexed by 0 under broadcasting
             want = tuple(Poly.const(0) if d == 1 else i for d, i in zip(v.type.shape, (r, n)))
             if idx != want:
                 raise LowerError(f"{self.p.name}: an epilogue reads the accumulator at another element")
-            return Elem("f32", text=f"acc{self.acc[v.id]}[{render(r)}][{c}]")
+            return Elem("f32", text=acc_text(self.acc[v.id]))
         key = ("elem", v.id, idx)
         hit = scope.get(key)
         if hit is not None:
@@ -315,10 +331,10 @@ class _Lowering:
         return Elem(dtype, text=f"@vget_{dtype}({vec.c}, {sub})", deps=vec.deps)
 
     # -- the kernel ------------------------------------------------------------
-    def lower(self) -> KernelDef:
+    def prologue(self, body: list, root: _Scope) -> list[Op]:
+        """Thread indices, scalar parameters, and the K loop's dots in yield
+        order (checked against the schedule's tile shapes)."""
         s, loop = self.s, self.loop
-        body: list = []
-        root = _Scope(body)
         body.append(Comment(self.s.describe()))
         body.append(Decl("int", "pid0", "@program_id0()", const=True))
         body.append(Decl("int", "pid1", "@program_id1()", const=True))
@@ -352,24 +368,58 @@ class _Lowering:
         start, step = self.elem(loop.start, (), root), self.elem(loop.step, (), root)
         if start.poly != Poly.const(0) or step.poly != Poly.const(s.BK):
             raise LowerError(f"{self.p.name}: the K loop must run from 0 in steps of BK={s.BK}")
-        stop = self.elem(loop.stop, (), root)
+        self.stop = self.elem(loop.stop, (), root)
         self.sym[loop.iv.id] = Poly.sym("kb") * s.BK
+        return order
+
+    def stores(self) -> list[Op]:
+        if any(isinstance(n, Op) and n.kind == "store" for n in self.loop.body):
+            raise LowerError(f"{self.p.name}: stores inside the K loop are not supported")
+        return [n for n in self.p.body if isinstance(n, Op) and n.kind == "store"]
+
+    def render_stores(self, out: list, scope: _Scope, r: Poly, n: Poly, acc_text: Callable[[int], str]) -> None:
+        """The stores of output element (r, n), the accumulators read as acc_text(j)."""
+        at = (r, n)
+        self.epilogue_at = (r, n, acc_text)
+        for st in self.stores():
+            shape = st.args[0].type.shape
+            if len(shape) != 2:
+                raise LowerError(f"{self.p.name}: stores must write [BM, BN] tiles")
+            off = self.elem(st.args[0], self.arg_index(st.args[0], shape, at), scope)
+            val = self.elem(st.args[1], self.arg_index(st.args[1], shape, at), scope)
+            dtype = self.p.param(st.attrs["buffer"]).dtype
+            assign = Assign(f"{st.attrs['buffer']}[{off.c}]", self.to(val, dtype))
+            if len(st.args) > 2:
+                mask = self.elem(st.args[2], self.arg_index(st.args[2], shape, at), scope)
+                out.append(If(mask.c, [assign]))
+            else:
+                out.append(assign)
+        self.epilogue_at = None
+
+    def kernel(self, body: list) -> KernelDef:
+        params = [KernelParam(p.name, p.kind, p.dtype, p.output) for p in self.p.params]
+        return KernelDef(self.p.name, params, body, self.helpers, self.s.threads, notes=[self.s.describe()])
+
+    def lower(self) -> KernelDef:
+        s = self.s
+        body: list = []
+        root = _Scope(body)
+        order = self.prologue(body, root)
 
         nacc = len(order)
         for j in range(nacc):
             body.append(Decl("f32", f"acc{j}", None, dims=(s.BM, s.NC)))
         init = Loop("r", "0", f"r < {s.BM}", "1", unroll=True)
         init_scope = _Scope(init.body, root)
-        for j, c0 in enumerate(loop.init):
+        for j, c0 in enumerate(self.loop.init):
             for c in range(s.NC):
                 n = Poly.sym("sg") * s.NC + c
-                self.epilogue_at = None
                 val = self.elem(c0, (Poly.sym("r"), n), init_scope)
                 init.body.append(Assign(f"acc{j}[r][{c}]", self.to(val, "f32")))
         body.append(init)
 
         # for kb: for vw (words of the lane's VK positions): U positions unrolled
-        kloop = Loop("kb", "0", f"{s.BK}*kb < {stop.c}", "1")
+        kloop = Loop("kb", "0", f"{s.BK}*kb < {self.stop.c}", "1")
         kscope = _Scope(kloop.body, root, defines="kb")
         words = s.VK // s.U
         self.bounds["vw"] = words
@@ -411,9 +461,6 @@ class _Lowering:
                 reduce.body.append(Assign(f"acc{j}[r][{c}]", f"@simd_sum(acc{j}[r][{c}])"))
         body.append(reduce)
 
-        stores = [n for n in self.p.body if isinstance(n, Op) and n.kind == "store"]
-        if any(isinstance(n, Op) and n.kind == "store" for n in loop.body):
-            raise LowerError(f"{self.p.name}: stores inside the K loop are not supported")
         # Lane c finishes column c of every row (rows unrolled), so values
         # that depend only on the column - a bias - are loaded once.
         for c in range(s.NC):
@@ -421,26 +468,11 @@ class _Lowering:
             escope = _Scope(owner.body, root, fence=True)
             n = Poly.sym("sg") * s.NC + c
             for row in range(s.BM):
-                at = (Poly.const(row), n)
-                self.epilogue_at = (at[0], n, c)
-                for st in stores:
-                    shape = st.args[0].type.shape
-                    if len(shape) != 2:
-                        raise LowerError(f"{self.p.name}: stores must write [BM, BN] tiles")
-                    off = self.elem(st.args[0], self.arg_index(st.args[0], shape, at), escope)
-                    val = self.elem(st.args[1], self.arg_index(st.args[1], shape, at), escope)
-                    dtype = self.p.param(st.attrs["buffer"]).dtype
-                    assign = Assign(f"{st.attrs['buffer']}[{off.c}]", self.to(val, dtype))
-                    if len(st.args) > 2:
-                        mask = self.elem(st.args[2], self.arg_index(st.args[2], shape, at), escope)
-                        owner.body.append(If(mask.c, [assign]))
-                    else:
-                        owner.body.append(assign)
+                self.render_stores(
+                    owner.body, escope, Poly.const(row), n, lambda j, row=row, c=c: f"acc{j}[{row}][{c}]"
+                )
             body.append(owner)
-        self.epilogue_at = None
-
-        params = [KernelParam(p.name, p.kind, p.dtype, p.output) for p in self.p.params]
-        return KernelDef(self.p.name, params, body, self.helpers, s.threads, notes=[s.describe()])
+        return self.kernel(body)
 
 
 def lower(
@@ -454,6 +486,10 @@ def lower(
     `divisors` states known divisibility of scalar parameters (K by the group
     size); `vector_buffers` names the buffers whose loads may be widened to 16
     bytes where the offset is provably aligned."""
-    if schedule.kind != "simd_splitk":
-        raise LowerError(f"unknown schedule {schedule.kind!r}")
-    return _Lowering(program, schedule, divisors or {}, vector_buffers).lower()
+    if schedule.kind == "simd_splitk":
+        return _Lowering(program, schedule, divisors or {}, vector_buffers).lower()
+    if schedule.kind == "tiled":
+        from .lower_tiled import TiledLowering
+
+        return TiledLowering(program, schedule, divisors or {}, vector_buffers).lower()
+    raise LowerError(f"unknown schedule {schedule.kind!r}")

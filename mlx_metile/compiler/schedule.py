@@ -1,6 +1,6 @@
 """Schedule choice: how a projection tile program maps onto threads.
 
-`simd_splitk` (the only schedule so far): each threadgroup owns BN = SG*NC
+`simd_splitk` (rows 1..32): each threadgroup owns BN = SG*NC
 output columns and BM rows. Each SIMD group owns NC columns; its 32 lanes
 split K, lane l taking VK consecutive k per step (k = 32*VK*kb + VK*l + v), and
 every lane keeps BM x NC f32 accumulators in registers, so each weight element
@@ -11,6 +11,16 @@ once.
 Row invariance: a row's sum order depends only on VK (fixed per weight format)
 and the fixed `simd_sum` tree, never on BM or NC, so a row's bits do not depend
 on how many rows share the call.
+
+`tiled` (more than 32 rows, GEMM-shaped): a threadgroup of 256 threads owns a
+64 x 32 output tile; x and the dequantised weights are staged through
+threadgroup memory, so each weight element is loaded from device memory once
+per 64 rows (and each x element once per 32 columns); every thread computes a
+TM x TN block of outputs from the staged tiles. Each output is summed in
+exactly the order `simd_splitk` uses - 32 partial sums over the same k
+positions the 32 lanes would own, combined in the xor-butterfly tree of the
+SIMD-group sum - so a row's bits are the same under both schedules, and row
+invariance holds across the 32-row boundary (lower_tiled.py).
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from dataclasses import dataclass
 
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32)
 MAX_ROWS_PER_PROGRAM = 32
+TILED_BUCKET = 64  # more than 32 rows: the tiled schedule, 64 rows per threadgroup
 # f32 values one lane keeps live in the inner loop (accumulators and weights);
 # a GPU thread has about 128 32-bit registers before it spills.
 REGISTER_BUDGET = 96
@@ -35,6 +46,9 @@ class Schedule:
     VK: int  # consecutive k per lane per step
     U: int  # of those, how many are unrolled together (16 bytes of the widest-packed weight)
     C: int  # of those, how many share one row loop (16 bytes of x)
+    TM: int = 0  # tiled: rows per thread
+    TN: int = 0  # tiled: columns per thread
+    S: int = 0  # tiled: k positions staged per barrier
 
     @property
     def BN(self) -> int:
@@ -55,6 +69,12 @@ class Schedule:
         return (-(-cols // self.BN), -(-rows // self.BM), 1)
 
     def describe(self) -> str:
+        if self.kind == "tiled":
+            return (
+                f"schedule tiled: BM={self.BM} x BN={self.BN} per threadgroup of {self.threads} threads, "
+                f"TM={self.TM} x TN={self.TN} per thread, partial sums in the order of VK={self.VK} k per lane "
+                f"(BK={self.BK}), S={self.S} k staged per barrier"
+            )
         return (
             f"schedule {self.kind}: BM={self.BM} rows, SG={self.SG} simdgroups x NC={self.NC} columns, "
             f"VK={self.VK} k per lane, U={self.U} unrolled in chunks of C={self.C} (BK={self.BK})"
@@ -65,7 +85,7 @@ def row_bucket(rows: int) -> int:
     for b in ROW_BUCKETS:
         if rows <= b:
             return b
-    return MAX_ROWS_PER_PROGRAM
+    return TILED_BUCKET
 
 
 def values_per_16_bytes(bits: int, dtype: str) -> int:
@@ -93,8 +113,11 @@ def choose(
     weight_dtypes: tuple[str, ...],
     act_dtype: str = "bf16",
 ) -> Schedule:
-    bm = row_bucket(rows)
     vk = k_per_lane(weight_bits, group_sizes, weight_dtypes)
+    if rows > MAX_ROWS_PER_PROGRAM:
+        # 256 threads as 16 x 16, each 4 rows x 2 columns of a 64 x 32 tile
+        return Schedule("tiled", BM=TILED_BUCKET, NC=4, SG=8, VK=vk, U=1, C=1, TM=4, TN=2, S=min(vk, 32))
+    bm = row_bucket(rows)
     # unroll one 16-byte vector of the widest-packed weight at a time ...
     u = min(vk, max(values_per_16_bytes(b, d) for b, d in zip(weight_bits, weight_dtypes)))
     # ... in chunks of one 16-byte vector of x

@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from mlx_metile.compiler.schedule import ROW_BUCKETS
+from mlx_metile.compiler.schedule import ROW_BUCKETS, TILED_BUCKET
 from mlx_metile.runtime import compile_projection
 from mlx_metile.runtime.cuda import find_nvcc, ptx
 from mlx_metile.spec import ProjectionSpec, WeightFormat
@@ -33,7 +33,7 @@ SPECS = list(_specs())
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name())
 def test_every_row_bucket_compiles_for_sm90(spec):
-    for bucket in ROW_BUCKETS:
+    for bucket in (*ROW_BUCKETS, TILED_BUCKET):
         art = compile_projection(spec, bucket, "cuda")
         code = ptx(art, "sm_90")
         assert code[:4] == b"\x7fELF", "an sm_90 build is a cubin"

@@ -1,0 +1,150 @@
+"""The `tiled` schedule: a GEMM-shaped kernel whose sums keep split-K's order.
+
+A threadgroup of T threads owns a BM x BN output tile; thread (tr, tc) owns
+rows tr + (T/(BN/TN))*i and columns tc + (BN/TN)*j. Each output is built as
+the `simd_splitk` schedule builds it, so its bits match that schedule's:
+
+    for li in 0..32:                  leaf = bit-reverse(li), the lane it stands for
+        p = init
+        for kb: for vs: stage S k positions of x and of the dequantised weights
+                        (k = BK*kb + VK*leaf + S*vs + v) in threadgroup memory,
+                        then p = fma(x, w, p) over v ascending
+        fold p into a 5-level stack (pairwise sums in leaf order)
+
+The xor butterfly of a SIMD-group sum first adds lanes l and l^16, then
+l^8, ...; visiting lanes in bit-reversed order makes those pairs adjacent, so
+the pairwise stack reproduces its tree exactly (IEEE addition commutes, so
+operand order within a pair does not matter).
+
+Staging: x[BM, S] (one position per thread) and, per dot, w[BN, S] (one
+column per thread, its S positions unrolled) as f32 values computed by the
+same element expressions the split-K lanes evaluate; each weight, scale and
+bias element is loaded once per threadgroup, i.e. once per BM rows.
+"""
+
+from __future__ import annotations
+
+from ..codegen.ast import Assign, Barrier, Comment, Decl, If, KernelDef, Loop
+from .lower import LowerError, _Lowering, _Scope
+from .poly import Poly
+
+LEAVES = 32  # the SIMD-group width whose sum order is reproduced
+LEVELS = 5  # log2(LEAVES)
+
+
+def _bit_reverse5(var: str) -> str:
+    return f"((({var} & 1) << 4) | (({var} & 2) << 2) | ({var} & 4) | (({var} & 8) >> 2) | (({var} & 16) >> 4))"
+
+
+class TiledLowering(_Lowering):
+    def lower(self) -> KernelDef:
+        s = self.s
+        T, S, VK = s.threads, s.S, s.VK
+        col_threads = s.BN // s.TN
+        row_threads = T // col_threads
+        if row_threads * s.TM != s.BM or VK % S or T % S or (s.BM * S) % T or s.BN > T:
+            raise LowerError(f"{self.p.name}: inconsistent tiled schedule ({s.describe()})")
+        body: list = []
+        root = _Scope(body)
+        order = self.prologue(body, root)
+        nacc = len(order)
+
+        body.append(Decl("int", "tid", "@tid()", const=True))
+        body.append(Decl("int", "tr", f"tid / {col_threads}", const=True))
+        body.append(Decl("int", "tc", f"tid % {col_threads}", const=True))
+        self.bounds.update(tr=row_threads, tc=col_threads, leaf=LEAVES, vs=VK // S)
+        # x is staged one position per thread: position sv of row srow
+        body.append(Decl("int", "sv", f"tid % {S}", const=True))
+        body.append(Decl("int", "srow", f"tid / {S}", const=True))
+        self.bounds.update(sv=S, srow=T // S)
+
+        # threadgroup tiles, padded by one column against bank conflicts
+        x_tiles: dict[int, str] = {}
+        for d in order:
+            if d.args[0].id not in x_tiles:
+                x_tiles[d.args[0].id] = f"xs{len(x_tiles)}"
+                body.append(Decl("f32", x_tiles[d.args[0].id], None, dims=(s.BM, S + 1), shared=True))
+        for j in range(nacc):
+            body.append(Decl("f32", f"ws{j}", None, dims=(s.BN, S + 1), shared=True))
+        for j in range(nacc):
+            body.append(Decl("f32", f"p{j}", None, dims=(s.TM, s.TN)))
+            for level in range(LEVELS):
+                body.append(Decl("f32", f"s{j}_{level}", None, dims=(s.TM, s.TN)))
+
+        def out_at(i: int, jj: int) -> tuple[Poly, Poly]:
+            return Poly.sym("tr") + row_threads * i, Poly.sym("tc") + col_threads * jj
+
+        leaves = Loop("li", "0", f"li < {LEAVES}", "1")
+        leaves.body.append(Decl("int", "leaf", _bit_reverse5("li"), const=True))
+        lscope = _Scope(leaves.body, root, defines="leaf")
+        for j, c0 in enumerate(self.loop.init):
+            for i in range(s.TM):
+                for jj in range(s.TN):
+                    val = self.elem(c0, out_at(i, jj), lscope)
+                    leaves.body.append(Assign(f"p{j}[{i}][{jj}]", self.to(val, "f32")))
+
+        kloop = Loop("kb", "0", f"{s.BK}*kb < {self.stop.c}", "1")
+        kscope = _Scope(kloop.body, lscope, defines="kb")
+        vsloop = Loop("vs", "0", f"vs < {VK // S}", "1")
+        vscope = _Scope(vsloop.body, kscope, defines="vs")
+        k_local = Poly.sym("leaf") * VK + Poly.sym("vs") * S + Poly.sym("sv")
+
+        vsloop.body.append(Comment("stage x and the dequantised weights for S k positions"))
+        step = T // S
+        for xid, name in x_tiles.items():
+            a = next(d.args[0] for d in order if d.args[0].id == xid)
+            for i in range(s.BM * S // T):
+                e = self.elem(a, (Poly.sym("srow") + step * i, k_local), vscope)
+                vsloop.body.append(Assign(f"{name}[srow + {step * i}][sv]", self.to(e, "f32")))
+        # One thread per column stages its S weight positions, so each packed
+        # word, scale and bias is loaded once per tile (16-byte loads where aligned).
+        # What does not change with vs (a group's scale and bias) is loaded in
+        # an `if` before the vs loop, into variables declared ahead of it.
+        self.bounds["tid"] = T
+        pre_decls: list = []
+        pre = If(f"tid < {s.BN}")
+        pre_scope = _Scope(pre.body, kscope, fence=True, declare_in=pre_decls)
+        for j, d in enumerate(order):
+            guard = If(f"tid < {s.BN}")
+            scope = _Scope(guard.body, pre_scope, defines="vs")
+            for u in range(S):
+                k = Poly.sym("leaf") * VK + Poly.sym("vs") * S + u
+                e = self.elem(d.args[1], (k, Poly.sym("tid")), scope)
+                guard.body.append(Assign(f"ws{j}[tid][{u}]", self.to(e, "f32")))
+            vsloop.body.append(guard)
+        vsloop.body.append(Barrier())
+
+        vloop = Loop("v", "0", f"v < {S}", "1", unroll=True)
+        for j, d in enumerate(order):
+            xname = x_tiles[d.args[0].id]
+            for i in range(s.TM):
+                a = f"{xname}[tr + {row_threads * i}][v]"
+                for jj in range(s.TN):
+                    b = f"ws{j}[tc + {col_threads * jj}][v]"
+                    vloop.body.append(Assign(f"p{j}[{i}][{jj}]", f"@fma({a}, {b}, p{j}[{i}][{jj}])"))
+        vsloop.body.append(vloop)
+        vsloop.body.append(Barrier())
+        kloop.body += pre_decls + ([pre] if pre.body else []) + [vsloop]
+        leaves.body.append(kloop)
+        leaves.body += self.fold(nacc)
+        body.append(leaves)
+
+        for i in range(s.TM):
+            for jj in range(s.TN):
+                r, n = out_at(i, jj)
+                self.render_stores(body, root, r, n, lambda j, i=i, jj=jj: f"p{j}[{i}][{jj}]")
+        return self.kernel(body)
+
+    def fold(self, nacc: int) -> list:
+        """Push leaf li's partial sums: while li's low bits are 1, add the
+        stack level they complete; after li = 31 the total is in p."""
+
+        def level(k: int) -> list:
+            if k == LEVELS:
+                return []
+            cells = [(j, i, jj) for j in range(nacc) for i in range(self.s.TM) for jj in range(self.s.TN)]
+            merge = [Assign(f"p{j}[{i}][{jj}]", f"(s{j}_{k}[{i}][{jj}] + p{j}[{i}][{jj}])") for j, i, jj in cells]
+            keep = [Assign(f"s{j}_{k}[{i}][{jj}]", f"p{j}[{i}][{jj}]") for j, i, jj in cells]
+            return [If(f"(li & {1 << k}) != 0", merge + level(k + 1)), If(f"(li & {1 << k}) == 0", keep)]
+
+        return level(0)
