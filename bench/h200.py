@@ -37,6 +37,7 @@ SHAPES = {
     "qwen1.5b_down_8960x1536": (8960, 1536),
 }
 ROWS = [1, 2, 3, 4, 8, 16, 32]
+MAX_ROWS_CHECKED = 100  # correctness and row invariance up to here (>32: the tiled schedule)
 POOL_BYTES = 480 << 20  # 8x the H200's 60 MB L2
 PRODUCTS_PER_EVAL = 64
 
@@ -67,9 +68,9 @@ def correctness(quick: bool = False) -> dict:
         K, N = 1000, 300  # tails in K and N
         w = arr((N, K), dtype, 0.05)
         b = arr((N,), dtype)
-        xs = arr((33, K), dtype)
-        alone = [np.array(mt.linear(xs[r : r + 1], w, b).astype(mx.float32)) for r in range(33)]
-        for rows in (1, 2, 5, 17, 33) if quick else range(1, 34):
+        xs = arr((MAX_ROWS_CHECKED, K), dtype)
+        alone = [np.array(mt.linear(xs[r : r + 1], w, b).astype(mx.float32)) for r in range(MAX_ROWS_CHECKED)]
+        for rows in (1, 2, 5, 17, 33, 64, 100) if quick else [*range(1, 34), 64, 65, 100]:
             y = mt.linear(xs[:rows], w, b)
             check(f"linear {dtype} rows={rows}", y, f64(xs[:rows]) @ f64(w).T + f64(b), f64(xs[:rows]), f64(w), dtype)
             yy = np.array(y.astype(mx.float32))
@@ -86,16 +87,28 @@ def correctness(quick: bool = False) -> dict:
                 K2 = 1024
                 wq, s, bq = mx.quantize(arr((N, K2), dtype, 0.05), group_size=group, bits=bits)
                 wd = dequantize_exact(wq, s, bq, group, bits)
-                x = arr((33, K2), dtype)
-                for rows in (1, 3, 17, 33) if quick else (1, 2, 3, 5, 8, 16, 32, 33):
+                x = arr((MAX_ROWS_CHECKED, K2), dtype)
+                alone = [
+                    np.array(
+                        mt.quantized_linear(x[r : r + 1], wq, s, bq, group_size=group, bits=bits).astype(mx.float32)
+                    )
+                    for r in range(MAX_ROWS_CHECKED)
+                ]
+                for rows in (1, 3, 17, 33, 100) if quick else (1, 2, 3, 5, 8, 16, 32, 33, 64, 100):
                     y = mt.quantized_linear(x[:rows], wq, s, bq, group_size=group, bits=bits)
                     check(f"int{bits} g{group} {dtype} rows={rows}", y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype)
+                    yy = np.array(y.astype(mx.float32))
+                    bad = [r for r in range(rows) if not np.array_equal(yy[r], alone[r][0])]
+                    if bad:
+                        results["failures"].append(
+                            f"row invariance: int{bits} g{group} {dtype} rows {bad[:5]} of {rows}"
+                        )
     # fused variants, bf16
     dtype = mx.bfloat16
     K = 512
-    x = arr((17, K), dtype)
+    x = arr((70, K), dtype)
     g, u = arr((200, K), dtype, 0.05), arr((200, K), dtype, 0.05)
-    for rows in (1, 4, 17):
+    for rows in (1, 4, 17, 70):
         got = mt.fused_linear(x[:rows], [g, u], epilogue="swiglu")
         zg, zu = f64(x[:rows]) @ f64(g).T, f64(x[:rows]) @ f64(u).T
         check(

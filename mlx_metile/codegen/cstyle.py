@@ -50,6 +50,7 @@ class CStyleRenderer:
     # neutral call -> dialect spelling (a format string over the arguments' text)
     calls: dict[str, str] = {
         "fma": "fma({0}, {1}, {2})",
+        "u2f_small": "float({0})",  # an unsigned value < 2**23
         "exp": "exp({0})",
         "tanh": "tanh({0})",
         "erf": "metile_erf({0})",

@@ -25,6 +25,9 @@ class CUDARenderer(CStyleRenderer):
     calls = {
         **CStyleRenderer.calls,
         "fma": "fmaf({0}, {1}, {2})",
+        # 2**23 + x as float bits, minus 2**23: exact for x < 2**23, and two
+        # full-rate instructions instead of a quarter-rate I2F
+        "u2f_small": "(__uint_as_float(0x4B000000u | ({0})) - 8388608.0f)",
         "exp": "expf({0})",
         "tanh": "tanhf({0})",
         "max": "fmaxf({0}, {1})",

@@ -237,10 +237,25 @@ class _Lowering:
         if k == "cast":
             if args[0].dtype == dtype:
                 return args[0]
+            if dtype == "f32" and args[0].dtype == "u32" and self.below_2_23(op.args[0]):
+                # exact either way; a dialect may spell it without an int->float
+                # conversion (CUDA: those issue at a quarter of the FMA rate)
+                return self.temp(scope, dtype, f"@u2f_small({args[0].c})", deps)
             return self.temp(scope, dtype, self.to(args[0], dtype), deps)
         if k == "load":
             return self.load(op, args, scope, deps)
         raise LowerError(f"{self.p.name}: cannot lower a {k} op element-wise")
+
+    def below_2_23(self, v: Value) -> bool:
+        """Whether an unsigned value is provably < 2**23: `anything & c` with such a constant c."""
+        op = self.defs.get(v.id)
+        if op is None or op.kind != "binary" or op.attrs["op"] != "bitand":
+            return False
+        for a in op.args:
+            c = self.defs.get(a.id)
+            if c is not None and c.kind in ("const", "full") and 0 <= int(c.attrs["value"]) < 2**23:
+                return True
+        return False
 
     def binary(self, name: str, a: Elem, b: Elem, dtype: str, scope: _Scope, deps: frozenset[str]) -> Elem:
         if a.poly is not None and b.poly is not None and dtype == "i32":

@@ -25,6 +25,7 @@ invariance holds across the 32-row boundary (lower_tiled.py).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32)
@@ -112,6 +113,7 @@ def choose(
     group_sizes: tuple[int, ...],
     weight_dtypes: tuple[str, ...],
     act_dtype: str = "bf16",
+    target: str = "msl",
 ) -> Schedule:
     vk = k_per_lane(weight_bits, group_sizes, weight_dtypes)
     if rows > MAX_ROWS_PER_PROGRAM:
@@ -122,6 +124,31 @@ def choose(
     u = min(vk, max(values_per_16_bytes(b, d) for b, d in zip(weight_bits, weight_dtypes)))
     # ... in chunks of one 16-byte vector of x
     c = min(u, values_per_16_bytes(0, act_dtype))
+    sg, budget, max_nc = 2, REGISTER_BUDGET, MAX_COLUMNS
+    if target == "cuda":
+        sg, budget, max_nc = cuda_tuning()
     # registers per lane: accumulators BM*NC*acc, live weights C*NC*acc, x C
-    nc = max(1, min(MAX_COLUMNS, REGISTER_BUDGET // ((bm + c) * accumulators)))
-    return Schedule("simd_splitk", BM=bm, NC=nc, SG=2, VK=vk, U=u, C=c)
+    nc = max(1, min(max_nc, budget // ((bm + c) * accumulators)))
+    return Schedule("simd_splitk", BM=bm, NC=nc, SG=sg, VK=vk, U=u, C=c)
+
+
+# CUDA: more warps per block and fewer live values per thread than on Metal, so
+# that enough warps are resident to keep HBM busy (measured on the H200; see
+# bench/results/). Neither changes a row's sum order.
+CUDA_SIMD_GROUPS = 4
+CUDA_REGISTER_BUDGET = 48
+CUDA_MAX_COLUMNS = 4
+
+
+def cuda_tuning() -> tuple[int, int, int]:
+    """(warps per block, register budget, max columns per warp); overridable for
+    tuning runs with MLX_METILE_CUDA_TUNE="sg=4,budget=48,nc=4"."""
+    values = {"sg": CUDA_SIMD_GROUPS, "budget": CUDA_REGISTER_BUDGET, "nc": CUDA_MAX_COLUMNS}
+    for item in filter(None, os.environ.get("MLX_METILE_CUDA_TUNE", "").split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() not in values or not value.strip().isdigit() or int(value) < 1:
+            raise ValueError(f"MLX_METILE_CUDA_TUNE: cannot use {item!r}; expected e.g. sg=4,budget=48,nc=4")
+        values[key.strip()] = int(value)
+    if values["sg"] > 32:
+        raise ValueError("MLX_METILE_CUDA_TUNE: sg must be at most 32 (1024 threads per block)")
+    return values["sg"], values["budget"], values["nc"]

@@ -27,6 +27,7 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
         tuple(w.group_size for w in spec.weights),
         tuple(w.dtype for w in spec.weights),
         spec.act_dtype,
+        target,
     )
     bound = bind_meta(program, schedule.meta())
     verify(bound)
