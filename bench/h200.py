@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import statistics
 import sys
@@ -48,6 +49,15 @@ def f64(a):
 
 # ---------------------------------------------------------------- correctness --
 def correctness(quick: bool = False) -> dict:
+    # past 32 rows ops run stock MLX on CUDA by default: lift that to check the tiled kernel
+    os.environ["MLX_METILE_CUDA_MAX_ROWS"] = str(MAX_ROWS_CHECKED)
+    try:
+        return _correctness(quick)
+    finally:
+        del os.environ["MLX_METILE_CUDA_MAX_ROWS"]
+
+
+def _correctness(quick: bool) -> dict:
     rng = np.random.default_rng(0)
     results = {"cases": 0, "failures": []}
 

@@ -15,6 +15,7 @@ op, on the stream's device:
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -238,6 +239,8 @@ def _project(
     )
     if largest >= _INDEX_LIMIT:
         backend = "mlx"
+    if backend == "cuda" and rows > cuda_max_rows():
+        backend = "mlx"  # SIMT kernels lose to MLX's tensor-core GEMMs there (bench/results/h200-*)
     if backend == "mlx":
         outs = fused_reference(x2, weights, biases, epilogue, res2)
         _record(op, rows, K, Ns, formats, epilogue, residual is not None, backend, None)
@@ -296,6 +299,16 @@ def _project(
     )
     _record(op, rows, K, Ns, formats, epilogue, residual is not None, backend, artifact.entry)
     return [o.reshape(*lead, n) for o, n in zip(outs, out_ns)]
+
+
+def cuda_max_rows() -> int:
+    """Calls with more rows than this run stock MLX on CUDA (default 32, the
+    split-K kernels; MLX_METILE_CUDA_MAX_ROWS raises it, e.g. to test the tiled
+    kernel there). Row invariance on CUDA therefore covers calls up to it."""
+    value = os.environ.get("MLX_METILE_CUDA_MAX_ROWS", "32")
+    if not value.isdigit():
+        raise ValueError(f"MLX_METILE_CUDA_MAX_ROWS: expected a row count, got {value!r}")
+    return int(value)
 
 
 def _record(op, rows, K, Ns, formats, epilogue, residual, backend, kernel) -> None:

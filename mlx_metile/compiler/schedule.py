@@ -126,24 +126,25 @@ def choose(
     c = min(u, values_per_16_bytes(0, act_dtype))
     sg, budget, max_nc = 2, REGISTER_BUDGET, MAX_COLUMNS
     if target == "cuda":
-        sg, budget, max_nc = cuda_tuning()
+        sg, budget, max_nc = cuda_tuning(bm)
     # registers per lane: accumulators BM*NC*acc, live weights C*NC*acc, x C
     nc = max(1, min(max_nc, budget // ((bm + c) * accumulators)))
     return Schedule("simd_splitk", BM=bm, NC=nc, SG=sg, VK=vk, U=u, C=c)
 
 
-# CUDA: more warps per block and fewer live values per thread than on Metal, so
-# that enough warps are resident to keep HBM busy (measured on the H200; see
-# bench/results/). Neither changes a row's sum order.
-CUDA_SIMD_GROUPS = 4
-CUDA_REGISTER_BUDGET = 48
-CUDA_MAX_COLUMNS = 4
+# CUDA, measured on the H200 (bench/results/h200-sweep-*.json): up to 4 rows,
+# 4 warps per block with fewer live values per thread keep more warps resident;
+# from 8 rows the Metal setting (2 warps, 8 columns) was faster. Neither
+# changes a row's sum order.
+CUDA_SMALL_ROWS = 4
+CUDA_SMALL = {"sg": 4, "budget": 48, "nc": 4}
+CUDA_LARGE = {"sg": 2, "budget": REGISTER_BUDGET, "nc": MAX_COLUMNS}
 
 
-def cuda_tuning() -> tuple[int, int, int]:
+def cuda_tuning(rows_bucket: int) -> tuple[int, int, int]:
     """(warps per block, register budget, max columns per warp); overridable for
     tuning runs with MLX_METILE_CUDA_TUNE="sg=4,budget=48,nc=4"."""
-    values = {"sg": CUDA_SIMD_GROUPS, "budget": CUDA_REGISTER_BUDGET, "nc": CUDA_MAX_COLUMNS}
+    values = dict(CUDA_SMALL if rows_bucket <= CUDA_SMALL_ROWS else CUDA_LARGE)
     for item in filter(None, os.environ.get("MLX_METILE_CUDA_TUNE", "").split(",")):
         key, _, value = item.partition("=")
         if key.strip() not in values or not value.strip().isdigit() or int(value) < 1:

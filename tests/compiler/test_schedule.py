@@ -1,0 +1,46 @@
+"""Schedule choice: row buckets, the tiled schedule past 32 rows, and the
+CUDA tuning override's validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlx_metile.compiler.schedule import TILED_BUCKET, choose, cuda_tuning, row_bucket
+from mlx_metile.ops import cuda_max_rows
+
+
+def test_buckets_and_schedule_kinds():
+    assert [row_bucket(r) for r in (1, 2, 3, 5, 9, 17, 32, 33, 500)] == [1, 2, 4, 8, 16, 32, 32, 64, 64]
+    for rows in (1, 8, 32):
+        assert choose(rows, 1, (4,), (64,), ("bf16",)).kind == "simd_splitk"
+    tiled = choose(TILED_BUCKET, 1, (4,), (64,), ("bf16",))
+    assert tiled.kind == "tiled" and tiled.BM == 64 and tiled.threads == 256
+
+
+def test_cuda_and_metal_keep_the_same_k_split():
+    """VK fixes the sum order: it must not depend on the target, or rows
+    computed by different schedules would differ in their bits."""
+    for bits, group in ((0, 0), (4, 32), (8, 128)):
+        for rows in (1, 4, 16, 32, 64):
+            msl = choose(rows, 1, (bits,), (group,), ("bf16",), "bf16", "msl")
+            cuda = choose(rows, 1, (bits,), (group,), ("bf16",), "bf16", "cuda")
+            assert msl.VK == cuda.VK
+
+
+def test_cuda_tuning_override(monkeypatch):
+    monkeypatch.setenv("MLX_METILE_CUDA_TUNE", "sg=8,nc=2")
+    assert cuda_tuning(1)[0] == 8 and cuda_tuning(1)[2] == 2
+    monkeypatch.setenv("MLX_METILE_CUDA_TUNE", "warps=8")
+    with pytest.raises(ValueError, match="MLX_METILE_CUDA_TUNE"):
+        cuda_tuning(1)
+    monkeypatch.setenv("MLX_METILE_CUDA_TUNE", "sg=64")
+    with pytest.raises(ValueError, match="at most 32"):
+        cuda_tuning(1)
+
+
+def test_cuda_max_rows(monkeypatch):
+    monkeypatch.delenv("MLX_METILE_CUDA_MAX_ROWS", raising=False)
+    assert cuda_max_rows() == 32
+    monkeypatch.setenv("MLX_METILE_CUDA_MAX_ROWS", "many")
+    with pytest.raises(ValueError, match="MLX_METILE_CUDA_MAX_ROWS"):
+        cuda_max_rows()
