@@ -1,10 +1,11 @@
 """CUDA schedule tuning run for the lent GPU machine:
 
-    python bench/cuda_sweep.py --out sweep.json --tune sg=4,budget=48,nc=4 sg=8,budget=32,nc=2
+    python bench/cuda_sweep.py --out sweep.json \
+        --settings "MLX_METILE_CUDA_MMA=0" "MLX_METILE_CUDA_MMA=0;MLX_METILE_CUDA_TUNE=sg=8,nc=2" ...
 
-For each MLX_METILE_CUDA_TUNE setting, the compiled-graph time of mlx_metile
-and stock MLX (same run, weight pool > L2) on one shape, per format and rows.
-The settings change occupancy only, never a row's sum order.
+For each setting (environment assignments separated by ';'), the
+compiled-graph time of mlx_metile and stock MLX (same run, weight pool > L2)
+on one shape, per format and rows.
 """
 
 from __future__ import annotations
@@ -52,9 +53,9 @@ def products(fmt: str, pool: list):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--tune", nargs="+", required=True)
+    ap.add_argument("--settings", nargs="+", required=True)
     ap.add_argument("--shape", default="llama8b_gateup_4096x14336")
-    ap.add_argument("--formats", nargs="+", default=["int4", "bf16"])
+    ap.add_argument("--formats", nargs="+", default=["int4", "int8", "bf16"])
     ap.add_argument("--rows", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32, 64, 128])
     args = ap.parse_args()
     mx.set_default_device(mx.gpu)
@@ -68,8 +69,12 @@ def main() -> int:
             x = mx.random.normal((rows, K)).astype(mx.bfloat16)
             t_stock = per_product(mx.compile(stock), x)
             row = {"format": fmt, "rows": rows, "weight_bytes": nbytes, "t_stock": t_stock, "tunes": {}}
-            for tune in args.tune:
-                os.environ["MLX_METILE_CUDA_TUNE"] = tune
+            for tune in args.settings:
+                for var in ("MLX_METILE_CUDA_TUNE", "MLX_METILE_CUDA_MMA"):
+                    os.environ.pop(var, None)
+                for assignment in filter(None, tune.split(";")):
+                    var, _, value = assignment.partition("=")
+                    os.environ[var] = value
                 ops._compiled.cache_clear()
                 compile_projection.cache_clear()
                 t = per_product(mx.compile(ours), x)

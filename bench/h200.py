@@ -88,11 +88,25 @@ def _correctness(quick: bool) -> dict:
                 if not np.array_equal(yy[r], alone[r][0]):
                     results["failures"].append(f"row invariance: linear {dtype} row {r} of {rows}")
                     break
-        if quick and dtype != mx.bfloat16:
+        if dtype != mx.float32:  # K a multiple of 32: the tensor-core schedule for dense weights
+            K3 = 1024
+            w3 = arr((N, K3), dtype, 0.05)
+            x3 = arr((MAX_ROWS_CHECKED, K3), dtype)
+            alone3 = [np.array(mt.linear(x3[r : r + 1], w3).astype(mx.float32)) for r in range(MAX_ROWS_CHECKED)]
+            for rows in (1, 5, 8, 9, 17, 32, 33) if quick else range(1, 34):
+                y = mt.linear(x3[:rows], w3)
+                check(
+                    f"linear K=1024 {dtype} rows={rows}", y, f64(x3[:rows]) @ f64(w3).T, f64(x3[:rows]), f64(w3), dtype
+                )
+                yy = np.array(y.astype(mx.float32))
+                bad = [r for r in range(rows) if not np.array_equal(yy[r], alone3[r][0])]
+                if bad:
+                    results["failures"].append(f"row invariance: linear K=1024 {dtype} rows {bad[:5]} of {rows}")
+        if quick and dtype == mx.float32:
             continue
         for bits in (4, 8):
             for group in (32, 64, 128):
-                if quick and bits == 8 and group != 64:
+                if quick and (bits == 8 or dtype == mx.float16) and group != 64:
                     continue
                 K2 = 1024
                 wq, s, bq = mx.quantize(arr((N, K2), dtype, 0.05), group_size=group, bits=bits)

@@ -59,7 +59,15 @@ class Barrier:
     threadgroup-memory writes are visible after it."""
 
 
-Stmt = Decl | Assign | Loop | If | Comment | Barrier
+@dataclass
+class Raw:
+    """Target-specific statements written out by a target-specific lowering
+    (the CUDA tensor-core mainloop); rendered verbatim, line by line."""
+
+    lines: list[str]
+
+
+Stmt = Decl | Assign | Loop | If | Comment | Barrier | Raw
 
 
 @dataclass

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from .ast import Assign, Barrier, Comment, Decl, If, KernelDef, Loop
+from .ast import Assign, Barrier, Comment, Decl, If, KernelDef, Loop, Raw
 
 # Preamble helpers in neutral notation; dialects map the @calls inside them.
 HELPERS = {
@@ -121,6 +121,8 @@ class CStyleRenderer:
                 )
                 out += self.stmts(s.body, depth + 1)
                 out.append(f"{pad}}}")
+            elif isinstance(s, Raw):
+                out += [f"{pad}{line}" for line in s.lines]
             elif isinstance(s, Barrier):
                 out.append(f"{pad}{self.barrier};")
             elif isinstance(s, If):

@@ -15,6 +15,52 @@ WARP_SUM = """__device__ __forceinline__ float metile_warp_sum(float v) {
 }"""
 
 
+# Helpers of the tensor-core schedule (lower_mma.py); CUDA only.
+MMA_HELPERS = """__device__ __forceinline__ void metile_mma_bf16(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                                unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void metile_mma_f16(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                               unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// nibbles q and q+4 of w as a bf16x2 / f16x2 pair of exact integers: the nibble is
+// OR-ed into the mantissa of 128 (bf16) or 1024 (f16), which is then subtracted
+__device__ __forceinline__ unsigned metile_q4_bf16(unsigned w, int q) {
+  const unsigned v = ((w >> (4 * q)) & 0x000F000Fu) | 0x43004300u;
+  __nv_bfloat162 h = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), __floats2bfloat162_rn(128.0f, 128.0f));
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+__device__ __forceinline__ unsigned metile_q4_f16(unsigned w, int q) {
+  const unsigned v = ((w >> (4 * q)) & 0x000F000Fu) | 0x64006400u;
+  __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&v), __floats2half2_rn(1024.0f, 1024.0f));
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+// bytes q and q+2 of w (8-bit values: bf16 holds them exactly, but 128 + q does not fit its mantissa)
+__device__ __forceinline__ unsigned metile_q8_bf16(unsigned w, int q) {
+  const float lo = __uint_as_float(0x4B000000u | ((w >> (8 * q)) & 0xFFu)) - 8388608.0f;
+  const float hi = __uint_as_float(0x4B000000u | ((w >> (8 * q + 16)) & 0xFFu)) - 8388608.0f;
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+__device__ __forceinline__ unsigned metile_q8_f16(unsigned w, int q) {
+  const unsigned v = ((w >> (8 * q)) & 0x00FF00FFu) | 0x64006400u;
+  __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&v), __floats2half2_rn(1024.0f, 1024.0f));
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+__device__ __forceinline__ float metile_pair_sum_bf16(unsigned u) {
+  return __uint_as_float(u << 16) + __uint_as_float(u & 0xFFFF0000u);
+}
+__device__ __forceinline__ float metile_pair_sum_f16(unsigned u) {
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&u));
+  return f.x + f.y;
+}"""
+
+
 class CUDARenderer(CStyleRenderer):
     target = "cuda"
     types = {**CStyleRenderer.types, "f16": "__half", "bf16": "__nv_bfloat16", "u32": "unsigned int"}
@@ -57,7 +103,9 @@ class CUDARenderer(CStyleRenderer):
         return ["#include <cuda_fp16.h>", "#include <cuda_bf16.h>", WARP_SUM]
 
     def helpers(self, names: list[str]) -> list[str]:
-        return [h.replace("inline float", "__device__ __forceinline__ float") for h in super().helpers(names)]
+        generic = [n for n in names if n != "cuda_mma"]
+        out = [h.replace("inline float", "__device__ __forceinline__ float") for h in super().helpers(generic)]
+        return out + ([MMA_HELPERS] if "cuda_mma" in names else [])
 
     def signature(self, k: KernelDef) -> str:
         inputs = [p for p in k.params if p.kind == "buffer" and not p.output]

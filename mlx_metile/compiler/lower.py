@@ -495,6 +495,7 @@ def lower(
     schedule: Schedule,
     divisors: dict[str, int] | None = None,
     vector_buffers: frozenset[str] = frozenset(),
+    spec=None,
 ) -> KernelDef:
     """The thread-level kernel of `program` (meta-parameters bound) under `schedule`.
 
@@ -507,4 +508,10 @@ def lower(
         from .lower_tiled import TiledLowering
 
         return TiledLowering(program, schedule, divisors or {}, vector_buffers).lower()
+    if schedule.kind == "mma":
+        from .lower_mma import lower_mma
+
+        if spec is None:
+            raise LowerError("the mma schedule needs the projection spec")
+        return lower_mma(program, schedule, divisors or {}, vector_buffers, spec)
     raise LowerError(f"unknown schedule {schedule.kind!r}")

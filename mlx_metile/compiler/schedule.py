@@ -70,6 +70,11 @@ class Schedule:
         return (-(-cols // self.BN), -(-rows // self.BM), 1)
 
     def describe(self) -> str:
+        if self.kind == "mma":
+            return (
+                f"schedule mma: {self.BN} columns x {self.BM} rows per block of {self.SG} warps splitting K in "
+                f"chunks of {self.BK} k, mma.sync m16n8k16 with f32 accumulation"
+            )
         if self.kind == "tiled":
             return (
                 f"schedule tiled: BM={self.BM} x BN={self.BN} per threadgroup of {self.threads} threads, "
@@ -114,8 +119,14 @@ def choose(
     weight_dtypes: tuple[str, ...],
     act_dtype: str = "bf16",
     target: str = "msl",
+    mma_chunk: int = 0,
 ) -> Schedule:
+    """`mma_chunk` (CUDA, sm_80+, a spec lower_mma accepts): the k per tensor-core
+    chunk; then rows 1..32 take the `mma` schedule."""
     vk = k_per_lane(weight_bits, group_sizes, weight_dtypes)
+    if mma_chunk and rows <= MAX_ROWS_PER_PROGRAM:
+        # 8 warps x 16 columns; 8-row tiles of x (so 1..8 rows share one kernel)
+        return Schedule("mma", BM=max(8, row_bucket(rows)), NC=2, SG=8, VK=mma_chunk // 32, U=1, C=1)
     if rows > MAX_ROWS_PER_PROGRAM:
         # 256 threads as 16 x 16, each 4 rows x 2 columns of a 64 x 32 tile
         return Schedule("tiled", BM=TILED_BUCKET, NC=4, SG=8, VK=vk, U=1, C=1, TM=4, TN=2, S=min(vk, 32))

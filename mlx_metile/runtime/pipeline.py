@@ -8,6 +8,8 @@ from functools import lru_cache
 
 from ..codegen import RENDERERS
 from ..compiler import choose, lower
+from ..compiler.lower_mma import chunk_k as mma_chunk
+from ..compiler.lower_mma import mma_supported
 from ..ir import bind_meta, format_program, verify
 from ..kernels import projection_program
 from ..spec import ProjectionSpec
@@ -28,16 +30,28 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
         tuple(w.dtype for w in spec.weights),
         spec.act_dtype,
         target,
+        mma_chunk(spec) if target == "cuda" and tensor_cores() and mma_supported(spec) else 0,
     )
     bound = bind_meta(program, schedule.meta())
     verify(bound)
     dump("ir", spec.name(), format_program(bound))
     dump("schedule", spec.name(), schedule.describe())
-    kernel = lower(bound, schedule, {"K": spec.k_divisor}, spec.vector_buffers())
+    kernel = lower(bound, schedule, {"K": spec.k_divisor}, spec.vector_buffers(), spec)
     kernel.name = f"{spec.name()}_m{schedule.BM}"
     source = RENDERERS[target]().render(kernel)
     dump(target, kernel.name, source)
     return Artifact(target, source, kernel.name, schedule, tuple(kernel.params))
+
+
+def tensor_cores() -> bool:
+    """Whether the CUDA build target has mma.sync m16n8k16 (sm_80 and later);
+    MLX_METILE_CUDA_MMA=0 turns the tensor-core schedule off."""
+    from .cuda import cuda_arch
+
+    if os.environ.get("MLX_METILE_CUDA_MMA", "1") == "0":
+        return False
+    digits = "".join(ch for ch in cuda_arch() if ch.isdigit())
+    return bool(digits) and int(digits) >= 80
 
 
 @lru_cache(maxsize=512)
