@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -57,6 +58,49 @@ def correctness(quick: bool = False) -> dict:
         del os.environ["MLX_METILE_CUDA_MAX_ROWS"]
 
 
+@contextlib.contextmanager
+def _tensor_cores_off():
+    os.environ["MLX_METILE_CUDA_MMA"] = "0"
+    _clear_kernel_caches()
+    try:
+        yield
+    finally:
+        del os.environ["MLX_METILE_CUDA_MMA"]
+        _clear_kernel_caches()
+
+
+def _clear_kernel_caches():
+    from mlx_metile import ops
+    from mlx_metile.runtime import compile_projection
+
+    ops._compiled.cache_clear()
+    compile_projection.cache_clear()
+
+
+def _alone(fn, x) -> dict:
+    """Each row of x computed alone: with the default kernels (rows 1..32), and
+    with the tensor-core schedule off - the split-K kernels, whose sum order the
+    tiled kernel (> 32 rows) reproduces bit for bit."""
+
+    def rows():
+        return [np.array(fn(x[r : r + 1]).astype(mx.float32)) for r in range(x.shape[0])]
+
+    default = rows()
+    with _tensor_cores_off():
+        simt = rows()
+    return {"default": default, "simt": simt}
+
+
+def _quantized(x, wq, s, bq, group, bits):
+    return mt.quantized_linear(x, wq, s, bq, group_size=group, bits=bits)
+
+
+def _not_invariant(y, alone: dict, rows: int) -> list[int]:
+    ref = alone["default"] if rows <= 32 else alone["simt"]
+    yy = np.array(y.astype(mx.float32))
+    return [r for r in range(rows) if not np.array_equal(yy[r], ref[r][0])]
+
+
 def _correctness(quick: bool) -> dict:
     rng = np.random.default_rng(0)
     results = {"cases": 0, "failures": []}
@@ -79,27 +123,24 @@ def _correctness(quick: bool) -> dict:
         w = arr((N, K), dtype, 0.05)
         b = arr((N,), dtype)
         xs = arr((MAX_ROWS_CHECKED, K), dtype)
-        alone = [np.array(mt.linear(xs[r : r + 1], w, b).astype(mx.float32)) for r in range(MAX_ROWS_CHECKED)]
+        alone = _alone(lambda x, w=w, b=b: mt.linear(x, w, b), xs)
         for rows in (1, 2, 5, 17, 33, 64, 100) if quick else [*range(1, 34), 64, 65, 100]:
             y = mt.linear(xs[:rows], w, b)
             check(f"linear {dtype} rows={rows}", y, f64(xs[:rows]) @ f64(w).T + f64(b), f64(xs[:rows]), f64(w), dtype)
-            yy = np.array(y.astype(mx.float32))
-            for r in range(rows):
-                if not np.array_equal(yy[r], alone[r][0]):
-                    results["failures"].append(f"row invariance: linear {dtype} row {r} of {rows}")
-                    break
+            bad = _not_invariant(y, alone, rows)
+            if bad:
+                results["failures"].append(f"row invariance: linear {dtype} rows {bad[:5]} of {rows}")
         if dtype != mx.float32:  # K a multiple of 32: the tensor-core schedule for dense weights
             K3 = 1024
             w3 = arr((N, K3), dtype, 0.05)
             x3 = arr((MAX_ROWS_CHECKED, K3), dtype)
-            alone3 = [np.array(mt.linear(x3[r : r + 1], w3).astype(mx.float32)) for r in range(MAX_ROWS_CHECKED)]
+            alone3 = _alone(lambda x, w3=w3: mt.linear(x, w3), x3)
             for rows in (1, 5, 8, 9, 17, 32, 33) if quick else range(1, 34):
                 y = mt.linear(x3[:rows], w3)
                 check(
                     f"linear K=1024 {dtype} rows={rows}", y, f64(x3[:rows]) @ f64(w3).T, f64(x3[:rows]), f64(w3), dtype
                 )
-                yy = np.array(y.astype(mx.float32))
-                bad = [r for r in range(rows) if not np.array_equal(yy[r], alone3[r][0])]
+                bad = _not_invariant(y, alone3, rows)
                 if bad:
                     results["failures"].append(f"row invariance: linear K=1024 {dtype} rows {bad[:5]} of {rows}")
         if quick and dtype == mx.float32:
@@ -112,17 +153,11 @@ def _correctness(quick: bool) -> dict:
                 wq, s, bq = mx.quantize(arr((N, K2), dtype, 0.05), group_size=group, bits=bits)
                 wd = dequantize_exact(wq, s, bq, group, bits)
                 x = arr((MAX_ROWS_CHECKED, K2), dtype)
-                alone = [
-                    np.array(
-                        mt.quantized_linear(x[r : r + 1], wq, s, bq, group_size=group, bits=bits).astype(mx.float32)
-                    )
-                    for r in range(MAX_ROWS_CHECKED)
-                ]
+                alone = _alone(lambda x, q=(wq, s, bq, group, bits): _quantized(x, *q), x)
                 for rows in (1, 3, 17, 33, 100) if quick else (1, 2, 3, 5, 8, 16, 32, 33, 64, 100):
                     y = mt.quantized_linear(x[:rows], wq, s, bq, group_size=group, bits=bits)
                     check(f"int{bits} g{group} {dtype} rows={rows}", y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype)
-                    yy = np.array(y.astype(mx.float32))
-                    bad = [r for r in range(rows) if not np.array_equal(yy[r], alone[r][0])]
+                    bad = _not_invariant(y, alone, rows)
                     if bad:
                         results["failures"].append(
                             f"row invariance: int{bits} g{group} {dtype} rows {bad[:5]} of {rows}"

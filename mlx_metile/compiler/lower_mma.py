@@ -29,6 +29,8 @@ weights of the activation dtype with K a multiple of 32. Other specs use
 
 from __future__ import annotations
 
+import os
+
 from ..codegen.ast import Barrier, Decl, If, KernelDef, Raw
 from ..spec import ProjectionSpec
 from .lower import LowerError, _Lowering, _Scope
@@ -36,6 +38,15 @@ from .poly import Poly
 
 WARPS = 8
 COLUMNS = 16  # one m16 tile of output columns per block
+UNROLL = 4  # chunks unrolled, so that the next chunks' loads are in flight during this one's MMAs
+
+
+def mma_unroll() -> int:
+    """MLX_METILE_CUDA_MMA_UNROLL overrides UNROLL for tuning runs."""
+    value = os.environ.get("MLX_METILE_CUDA_MMA_UNROLL", str(UNROLL))
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"MLX_METILE_CUDA_MMA_UNROLL: expected a positive integer, got {value!r}")
+    return int(value)
 
 
 def mma_supported(spec: ProjectionSpec) -> bool:
@@ -91,7 +102,7 @@ class MMALowering(_Lowering):
         ]
         for j in range(nacc):
             lines.append(f"float part{j}[{rt}][4] = {{}};")
-        lines.append("#pragma unroll 2")
+        lines.append(f"#pragma unroll {mma_unroll()}")
         lines.append("for (int ch = c_begin; ch < c_end; ++ch) {")
         body_lines: list[str] = []
         # x: 8 values (16 bytes) per word-slice of this lane's quarter, per row tile
