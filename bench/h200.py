@@ -225,8 +225,29 @@ def make_pool(fmt: str, K: int, N: int):
     return pool, nbytes
 
 
+def torch_linear(torch, K, N, rows, nbytes) -> dict:
+    """PyTorch F.linear (cuBLAS) on bf16 weights from a pool of the same size, CUDA-event timed."""
+    count = max(4, int(POOL_BYTES // nbytes) + 1)
+    pool = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * K**-0.5 for _ in range(count)]
+    x = torch.randn(rows, K, device="cuda", dtype=torch.bfloat16)
+    samples = []
+    for rep in range(8):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for i in range(PRODUCTS_PER_EVAL):
+            torch.nn.functional.linear(x, pool[i % count])
+        stop.record()
+        torch.cuda.synchronize()
+        if rep:  # the first is warm-up
+            samples.append(start.elapsed_time(stop) / 1e3 / PRODUCTS_PER_EVAL)
+    del pool
+    t = statistics.median(samples)
+    return {"t": t, "gbs": nbytes / t / 1e9}
+
+
 def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None):
     x = mx.random.normal((rows, K)).astype(mx.bfloat16)
+    r = {}
     n = len(pool)
 
     bits = 4 if fmt == "int4" else 8
@@ -247,9 +268,10 @@ def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None):
             )
         return outs
 
+    if torch_mod is not None and fmt == "bf16":
+        r["torch"] = torch_linear(torch_mod, K, N, rows, nbytes)
     # eager: the graph is built in Python for every evaluation (host overhead included);
     # compiled: mx.compile replays it, so the time is the kernels'
-    r = {}
     for mode, wrap in (("eager", lambda f: f), ("compiled", mx.compile)):
         fo, fs = wrap(ours), wrap(stock)
         t_ours = timed(lambda fo=fo: fo(x)) / PRODUCTS_PER_EVAL
@@ -333,6 +355,14 @@ def main() -> int:
     report["copy_roofline_bytes_per_s"] = copy_roofline()
     print(f"copy roofline {report['copy_roofline_bytes_per_s'] / 1e12:.2f} TB/s", flush=True)
     rows_list = [1, 4, 16] if args.quick else ROWS
+    try:
+        import torch as torch_mod
+
+        if not torch_mod.cuda.is_available():
+            torch_mod = None
+    except ImportError:
+        torch_mod = None
+    report["torch"] = torch_mod.__version__ if torch_mod is not None else None
     report["cases"] = []
     for shape_name in args.shapes:
         K, N = SHAPES[shape_name]
@@ -340,7 +370,7 @@ def main() -> int:
             pool, nbytes = make_pool(fmt, K, N)
             for rows in rows_list:
                 try:
-                    r = bench_case(fmt, K, N, rows, pool, nbytes)
+                    r = bench_case(fmt, K, N, rows, pool, nbytes, torch_mod)
                 except Exception as e:
                     r = {"error": repr(e)}
                 r.update({"shape": shape_name, "K": K, "N": N, "format": fmt, "rows": rows, "weight_bytes": nbytes})

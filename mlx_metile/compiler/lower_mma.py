@@ -23,8 +23,8 @@ fixed K split and the fixed order, so row invariance holds for 1..32 rows.
 
 Accepted: bf16 or f16 activations; each accumulator fed by one weight (a single
 projection, or SwiGLU's gate and up); 4-bit weights, 8-bit weights, or dense
-weights of the activation dtype with K a multiple of 32. Other specs use
-`simd_splitk`.
+weights of the activation dtype with K a multiple of 32 (opt-in, see
+dense_mma). Other specs use `simd_splitk`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from .poly import Poly
 
 WARPS = 8
 COLUMNS = 16  # one m16 tile of output columns per block
-UNROLL = 4  # chunks unrolled, so that the next chunks' loads are in flight during this one's MMAs
+UNROLL = 1  # chunk-loop unrolling: 1 measured fastest on the H200 (1, 4 and 8 tried)
 
 
 def mma_unroll() -> int:
@@ -60,9 +60,17 @@ def mma_supported(spec: ProjectionSpec) -> bool:
     for w in spec.weights:
         if w.quantized and w.bits not in (4, 8):
             return False
-        if not w.quantized and (w.dtype != spec.act_dtype or spec.k_divisor % 32):
+        if not w.quantized and (w.dtype != spec.act_dtype or spec.k_divisor % 32 or not dense_mma()):
             return False
     return True
+
+
+def dense_mma() -> bool:
+    """Dense weights take the tensor-core schedule only with MLX_METILE_CUDA_MMA_DENSE=1:
+    on the H200 it lost to split-K at 1-4 rows (0.65-0.8x stock against 0.9-1.0x)
+    and won at 8-32 (bench/results/h200-sweep-*), and one spec keeps one
+    schedule for all of 1..32 rows so that its rows stay invariant."""
+    return os.environ.get("MLX_METILE_CUDA_MMA_DENSE", "0") == "1"
 
 
 def chunk_k(spec: ProjectionSpec) -> int:
