@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import datetime
 import json
+import math
 import os
 import platform
 import statistics
@@ -101,6 +102,52 @@ def _not_invariant(y, alone: dict, rows: int) -> list[int]:
     return [r for r in range(rows) if not np.array_equal(yy[r], ref[r][0])]
 
 
+def _quantized_fusions(arr, check, results, quick: bool) -> None:
+    """Epilogues on quantized weights (the tensor-core schedule on CUDA): SwiGLU,
+    residual, bias + GELU, against float64 and row by row against rows alone."""
+    K, N = 512, 200
+    for dtype in (mx.bfloat16, mx.float16):
+        for bits, group in ((4, 64), (8, 32)) if quick else ((4, 32), (4, 64), (4, 128), (8, 32), (8, 64), (8, 128)):
+            x = arr((32, K), dtype)
+            qg = mx.quantize(arr((N, K), dtype, 0.05), group_size=group, bits=bits)
+            qu = mx.quantize(arr((N, K), dtype, 0.05), group_size=group, bits=bits)
+            wg, wu = (mt.QuantizedWeight(*q, group, bits) for q in (qg, qu))
+            dg, du = (dequantize_exact(*q, group, bits) for q in (qg, qu))
+            res = arr((32, N), dtype)
+            bias = arr((N,), dtype)
+            calls = {
+                "swiglu": lambda xr, rr, wg=wg, wu=wu: mt.fused_linear(xr, [wg, wu], epilogue="swiglu"),
+                "residual": lambda xr, rr, wg=wg: mt.fused_linear(xr, [wg], residual=rr),
+                "bias_gelu": lambda xr, rr, wg=wg, b=bias: mt.fused_linear(xr, [wg], biases=[b], epilogue="gelu"),
+            }
+            for name, fn in calls.items():
+                alone = [np.array(fn(x[r : r + 1], res[r : r + 1]).astype(mx.float32)) for r in range(32)]
+                for rows in (1, 5, 8, 17, 32):
+                    xr = f64(x[:rows])
+                    zg, zu = xr @ dg.T, xr @ du.T
+                    if name == "swiglu":
+                        # f32 accumulation error of gate and up, carried through silu(g) * u
+                        acc_g = (K + 2) * 2.0**-24 * (np.abs(xr) @ np.abs(dg).T)
+                        acc_u = (K + 2) * 2.0**-24 * (np.abs(xr) @ np.abs(du).T)
+                        silu = zg / (1 + np.exp(-zg))
+                        exact = silu * zu
+                        slack = 1.1 * np.abs(zu) * acc_g + np.abs(silu) * acc_u + 2.0**-20 * np.abs(exact)
+                    elif name == "residual":
+                        exact, slack = zg + f64(res[:rows]), 0.0
+                    else:
+                        z = zg + f64(bias)
+                        exact = 0.5 * z * (1 + np.vectorize(math.erf)(z / np.sqrt(2)))
+                        slack = 1e-6 * (np.abs(z) + 1)
+                    y = fn(x[:rows], res[:rows])
+                    check(f"{name} int{bits} g{group} {dtype} rows={rows}", y, exact, xr, dg, dtype, slack=slack)
+                    yy = np.array(y.astype(mx.float32))
+                    bad = [r for r in range(rows) if not np.array_equal(yy[r], alone[r][0])]
+                    if bad:
+                        results["failures"].append(
+                            f"row invariance: {name} int{bits} g{group} {dtype} rows {bad[:5]} of {rows}"
+                        )
+
+
 def _correctness(quick: bool) -> dict:
     rng = np.random.default_rng(0)
     results = {"cases": 0, "failures": []}
@@ -162,6 +209,7 @@ def _correctness(quick: bool) -> dict:
                         results["failures"].append(
                             f"row invariance: int{bits} g{group} {dtype} rows {bad[:5]} of {rows}"
                         )
+    _quantized_fusions(arr, check, results, quick)
     # fused variants, bf16
     dtype = mx.bfloat16
     K = 512
