@@ -148,6 +148,44 @@ def _quantized_fusions(arr, check, results, quick: bool) -> None:
                         )
 
 
+def gradients_check() -> dict:
+    """mx.grad through the CUDA path (custom vjp: the stock composition's) against
+    mx.grad of the stock composition itself, on mx.gpu."""
+    rng = np.random.default_rng(1)
+    out = {"cases": 0, "failures": []}
+
+    def arr(shape, scale=1.0):
+        return mx.array((rng.standard_normal(shape) * scale).astype(np.float32))
+
+    K, N, rows = 256, 96, 5
+    x, res, cot = arr((rows, K)), arr((rows, N)), arr((rows, N))
+    g = mt.QuantizedWeight(*mx.quantize(arr((N, K), 0.05), group_size=64, bits=4), 64, 4)
+    u, b = arr((N, K), 0.05), arr((N,))
+
+    def ours(x, s, u, b, res):
+        qg = mt.QuantizedWeight(g.w, s, g.biases, 64, 4)
+        y = mt.fused_linear(x, [qg, u], biases=[None, b], epilogue="swiglu", residual=res)
+        return (y * cot).sum()
+
+    def stock(x, s, u, b, res):
+        zg = mx.quantized_matmul(x, g.w, s, g.biases, transpose=True, group_size=64, bits=4)
+        zu = x @ u.T + b
+        return ((zg * mx.sigmoid(zg) * zu + res) * cot).sum()
+
+    args = (x, g.scales, u, b, res)
+    with mt.trace() as t:
+        got = mx.grad(ours, argnums=tuple(range(5)))(*args)
+    want = mx.grad(stock, argnums=tuple(range(5)))(*args)
+    for name, a, w in zip(("x", "scales", "dense weight", "bias", "residual"), got, want):
+        out["cases"] += 1
+        err = float(mx.abs(a - w).max())
+        scale = float(mx.abs(w).max())
+        if not err <= 1e-4 * scale:
+            out["failures"].append(f"grad wrt {name}: max err {err:.3g} of max {scale:.3g}")
+    out["backends"] = sorted({r.backend for r in t.records})
+    return out
+
+
 def _correctness(quick: bool) -> dict:
     rng = np.random.default_rng(0)
     results = {"cases": 0, "failures": []}
@@ -389,7 +427,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--correctness", choices=["full", "quick", "none"], default="full")
+    ap.add_argument("--correctness", choices=["full", "quick", "grad", "none"], default="full")
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES))
     args = ap.parse_args()
     mx.set_default_device(mx.gpu)
@@ -402,6 +440,14 @@ def main() -> int:
         "platform": platform.platform(),
         "python": sys.version.split()[0],
     }
+    if args.correctness in ("full", "quick"):
+        report["gradients"] = gradients_check()
+        print("gradients", json.dumps(report["gradients"]), flush=True)
+    if args.correctness == "grad":
+        report["gradients"] = gradients_check()
+        print("gradients", json.dumps(report["gradients"]), flush=True)
+        Path(args.out).write_text(json.dumps(report, indent=1))
+        return 0
     if args.correctness != "none":
         t0 = time.time()
         try:

@@ -22,6 +22,7 @@ from functools import lru_cache
 import mlx.core as mx
 
 from .compiler.schedule import row_bucket
+from .gradients import differentiable
 from .reference import fused_reference
 from .runtime import compile_projection, emulation_enabled, emulator_object
 from .spec import EPILOGUE_CODES, EPILOGUES, ProjectionSpec, WeightFormat
@@ -262,7 +263,11 @@ def _project(
     out_ns = [Ns[0]] if single else Ns
     cols = Ns[0] if epilogue == "swiglu" else sum(Ns)
     if backend == "cuda":
-        outs = _launch_cuda(artifact, inputs, scalars, rows, cols, out_ns, out_dtype, s)
+        outs = differentiable(
+            lambda arrays: _launch_cuda(artifact, arrays, scalars, rows, cols, out_ns, out_dtype, s),
+            lambda arrays: _reference_of_flat(arrays, weights, biases, epilogue, res2 is not None),
+            inputs,
+        )
         _record(op, rows, K, Ns, formats, epilogue, residual is not None, backend, artifact.entry)
         return [o.reshape(*lead, n) for o, n in zip(outs, out_ns)]
     if _ext is None:
@@ -299,6 +304,22 @@ def _project(
     )
     _record(op, rows, K, Ns, formats, epilogue, residual is not None, backend, artifact.entry)
     return [o.reshape(*lead, n) for o, n in zip(outs, out_ns)]
+
+
+def _reference_of_flat(arrays, weights, biases, epilogue, has_residual) -> list[mx.array]:
+    """The stock composition over the kernel's flat inputs (x, per weight its
+    arrays and bias, the residual): what gradients on the CUDA path follow."""
+    it = iter(arrays)
+    x = next(it)
+    ws, bs = [], []
+    for w, b in zip(weights, biases):
+        if isinstance(w, QuantizedWeight):
+            ws.append(QuantizedWeight(next(it), next(it), next(it), w.group_size, w.bits))
+        else:
+            ws.append(next(it))
+        bs.append(next(it) if b is not None else None)
+    res = next(it) if has_residual else None
+    return fused_reference(x, ws, bs, epilogue, res)
 
 
 def cuda_max_rows() -> int:
