@@ -263,11 +263,14 @@ def _project(
     out_ns = [Ns[0]] if single else Ns
     cols = Ns[0] if epilogue == "swiglu" else sum(Ns)
     if backend == "cuda":
-        outs = differentiable(
-            lambda arrays: _launch_cuda(artifact, arrays, scalars, rows, cols, out_ns, out_dtype, s),
-            lambda arrays: _reference_of_flat(arrays, weights, biases, epilogue, res2 is not None),
-            inputs,
-        )
+        launch = lambda arrays: _launch_cuda(artifact, arrays, scalars, rows, cols, out_ns, out_dtype, s)  # noqa: E731
+        if os.environ.get("MLX_METILE_CUDA_GRADIENTS", "0") == "1":
+            # opt-in until it has run on a GPU (it has only run with the CPU kernel standing in)
+            outs = differentiable(
+                launch, lambda arrays: _reference_of_flat(arrays, weights, biases, epilogue, res2 is not None), inputs
+            )
+        else:
+            outs = launch(inputs)
         _record(op, rows, K, Ns, formats, epilogue, residual is not None, backend, artifact.entry)
         return [o.reshape(*lead, n) for o, n in zip(outs, out_ns)]
     if _ext is None:
