@@ -275,16 +275,7 @@ def _project(
         return [o.reshape(*lead, n) for o, n in zip(outs, out_ns)]
     if _ext is None:
         raise RuntimeError(f"mlx_metile: the C++ extension is not built ({_EXT_ERROR}); reinstall the package")
-    bindings, n_in, n_out = [], 0, 0
-    for p in artifact.params:
-        if p.kind == "scalar":
-            bindings.append((2, scalars[p.name]))
-        elif p.output:
-            bindings.append((1, n_out))
-            n_out += 1
-        else:
-            bindings.append((0, n_in))
-            n_in += 1
+    bindings = [(kind, scalars[at] if kind == 2 else at) for kind, at in _binding_template(artifact)]
     obj = emulator_object(artifact) if backend == "emulator" else ""
     outs = _ext.tile_kernel(
         inputs,
@@ -341,6 +332,27 @@ def _record(op, rows, K, Ns, formats, epilogue, residual, backend, kernel) -> No
         record(TraceRecord(op, rows, K, tuple(Ns), names, epilogue, residual, backend, kernel))
 
 
+@lru_cache(maxsize=1024)
+def _binding_template(artifact) -> tuple[tuple[int, int | str], ...]:
+    """Per kernel argument: (0, input index), (1, output index) or (2, scalar name)."""
+    out, n_in, n_out = [], 0, 0
+    for p in artifact.params:
+        if p.kind == "scalar":
+            out.append((2, p.name))
+        elif p.output:
+            out.append((1, n_out))
+            n_out += 1
+        else:
+            out.append((0, n_in))
+            n_in += 1
+    return tuple(out)
+
+
+@lru_cache(maxsize=1024)
+def _scalar_names(artifact) -> tuple[str, ...]:
+    return tuple(p.name for p in artifact.params if p.kind == "scalar")
+
+
 def _launch_cuda(artifact, inputs, scalars, rows, cols, out_ns, out_dtype, stream) -> list[mx.array]:
     """The CUDA artifact as PTX through MLX's precompiled-kernel op (inputs,
     outputs, then scalars; the grid is given in threads)."""
@@ -354,7 +366,7 @@ def _launch_cuda(artifact, inputs, scalars, rows, cols, out_ns, out_dtype, strea
         inputs=inputs,
         output_shapes=[(rows, n) for n in out_ns],
         output_dtypes=[out_dtype] * len(out_ns),
-        scalars=[scalars[p.name] for p in artifact.params if p.kind == "scalar"],
+        scalars=[scalars[name] for name in _scalar_names(artifact)],
         grid=(gx * tx, gy * ty, gz * tz),
         threadgroup=(tx, ty, tz),
         ensure_row_contiguous=True,
