@@ -44,3 +44,34 @@ def test_cuda_max_rows(monkeypatch):
     monkeypatch.setenv("MLX_METILE_CUDA_MAX_ROWS", "many")
     with pytest.raises(ValueError, match="MLX_METILE_CUDA_MAX_ROWS"):
         cuda_max_rows()
+
+
+def test_cuda_tensor_core_schedule_selection(monkeypatch):
+    from mlx_metile.runtime import compile_projection
+    from mlx_metile.spec import ProjectionSpec, WeightFormat
+
+    def kind(spec, rows=4):
+        compile_projection.cache_clear()
+        return compile_projection(spec, row_bucket(rows), "cuda").schedule.kind
+
+    q4 = WeightFormat("bf16", 4, 64)
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    assert kind(ProjectionSpec("bf16", (q4,), k_multiple=64)) == "mma"
+    assert kind(ProjectionSpec("f16", (WeightFormat("f16", 8, 128),), k_multiple=64), rows=32) == "mma"
+    assert kind(ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=64)) == "mma"
+    assert kind(ProjectionSpec("bf16", (q4,), None, True, k_multiple=64)) == "mma"
+    assert kind(ProjectionSpec("bf16", (q4,), k_multiple=64), rows=33) == "tiled"
+    # not taken: f32 activations, concatenated q/k/v, dense weights (opt-in), mixed formats
+    assert kind(ProjectionSpec("f32", (WeightFormat("f32", 4, 64),), k_multiple=64)) == "simd_splitk"
+    assert kind(ProjectionSpec("bf16", (q4, q4, q4), k_multiple=64)) == "simd_splitk"
+    assert kind(ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=64)) == "simd_splitk"
+    assert kind(ProjectionSpec("bf16", (q4, WeightFormat("bf16", 8, 64)), "swiglu", k_multiple=64)) == "simd_splitk"
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", "1")
+    assert kind(ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=64)) == "mma"
+    assert kind(ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=16)) == "simd_splitk"  # K % 32
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA", "0")
+    assert kind(ProjectionSpec("bf16", (q4,), k_multiple=64)) == "simd_splitk"
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA", "1")
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "compute_75")  # no mma.sync m16n8k16 before sm_80
+    assert kind(ProjectionSpec("bf16", (q4,), k_multiple=64)) == "simd_splitk"
+    compile_projection.cache_clear()
