@@ -1,8 +1,8 @@
 """The `mma` schedule (CUDA, sm_80+, 1..32 rows): tensor-core split-K.
 
-A block of W warps owns 16 output columns; warp w takes a contiguous range
-of K chunks (a quantization group, or 32 k of a dense
-weight), and each chunk is one or more `mma.sync.m16n8k16` (f32 accumulate):
+A block of W warps owns 16 output columns; warp w takes a contiguous range of
+K chunks (a quantization group, or 32 k of a dense weight), and each chunk is
+one or more `mma.sync.m16n8k16` (f32 accumulate):
 
     A (16 x 16): 16 columns x 16 k of the weight - for quantized weights the
                  integers q themselves, exact in bf16/f16 (never s*q+b rounded);
@@ -94,7 +94,6 @@ class MMALowering(_Lowering):
             raise LowerError(f"{self.p.name}: the mma schedule needs one weight per accumulator")
         rt = s.BM // 8  # row tiles of 8
         act = spec.act_dtype
-        elt = "__nv_bfloat16" if act == "bf16" else "__half"
         mma = "metile_mma_bf16" if act == "bf16" else "metile_mma_f16"
         wf = spec.weights[0]
         ck = chunk_k(spec)
@@ -128,7 +127,7 @@ class MMALowering(_Lowering):
                 )
         for j in range(nacc):
             w = spec.weights[j] if spec.epilogue == "swiglu" else spec.weights[0]
-            body_lines += self.chunk_products(j, w, rt, slices, words_per_lane, elt, mma)
+            body_lines += self.chunk_products(j, w, rt, slices, words_per_lane, mma)
         lines += ["  " + ln for ln in body_lines]
         lines.append("}")
         body.append(Raw(lines))
@@ -158,10 +157,9 @@ class MMALowering(_Lowering):
                 col = Poly.sym("g") + 8 * (e >> 1)
                 self.render_stores(finish.body, fscope, row, col, lambda j, r=r, e=e: f"fin{j}[{r}][{e}]")
         body.append(finish)
-        self.bounds.update(g=8, t=4)
         return self.kernel(body)
 
-    def chunk_products(self, j: int, w, rt: int, slices: int, words_per_lane: int, elt: str, mma: str) -> list[str]:
+    def chunk_products(self, j: int, w, rt: int, slices: int, words_per_lane: int, mma: str) -> list[str]:
         """One chunk of weight j: loads, unpacking, MMAs and the group's scale."""
         out: list[str] = [f"{{  // weight {j}"]
         n = f"N{j}"
