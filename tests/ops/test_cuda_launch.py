@@ -1,0 +1,82 @@
+"""The CUDA launch path's Python plumbing, with MLX's precompiled-kernel op
+replaced by a recorder (no GPU here): argument order, scalars, grid and block,
+output shapes, the 32-row limit, and opt-in gradients. The kernels themselves
+are checked on the H200 (bench/h200.py)."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import mlx_metile as mt
+import mlx_metile.runtime.cuda as cuda_runtime
+from mlx_metile import ops
+
+from ..helpers import rand
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    calls = []
+
+    def precompiled_cuda_kernel(**kw):
+        calls.append(kw)
+        # stands in for the kernel (zeros of the requested shapes): only the plumbing is under test
+        return [mx.zeros(shape, dtype) for shape, dtype in zip(kw["output_shapes"], kw["output_dtypes"])]
+
+    monkeypatch.setattr(ops, "_backend", lambda stream: "cuda")
+    monkeypatch.setattr(mx.fast, "precompiled_cuda_kernel", precompiled_cuda_kernel)
+    monkeypatch.setattr(cuda_runtime, "ptx", lambda artifact, arch=None: b"PTX:" + artifact.entry.encode())
+    ops._compiled.cache_clear()
+    yield calls
+    ops._compiled.cache_clear()
+
+
+def test_swiglu_launch_arguments(fake_cuda):
+    k, n, rows = 256, 40, 3
+    x = rand((rows, k), mx.bfloat16, 1)
+    g = mt.QuantizedWeight(*mx.quantize(rand((n, k), mx.bfloat16, 2, 0.1), group_size=64, bits=4), 64, 4)
+    u = mt.QuantizedWeight(*mx.quantize(rand((n, k), mx.bfloat16, 3, 0.1), group_size=64, bits=4), 64, 4)
+    with mt.trace() as t:
+        y = mt.fused_linear(x, [g, u], epilogue="swiglu")
+    assert y.shape == (rows, n) and y.dtype == mx.bfloat16
+    (kw,) = fake_cuda
+    assert kw["compiled_source"].startswith(b"PTX:proj_bf16")
+    shapes = [(rows, k), g.w.shape, g.scales.shape, g.biases.shape, u.w.shape, u.scales.shape, u.biases.shape]
+    assert [tuple(a.shape) for a in kw["inputs"]] == [tuple(sh) for sh in shapes]
+    assert kw["inputs"][1] is g.w and kw["inputs"][4] is u.w  # the weights as stored, no copy
+    assert kw["scalars"] == [rows, k, n, n]  # M, K, N0, N1 in the kernel's order
+    assert kw["output_shapes"] == [(rows, n)] and kw["output_dtypes"] == [mx.bfloat16]
+    tx = kw["threadgroup"][0]
+    assert kw["threadgroup"] == (tx, 1, 1) and tx % 32 == 0
+    gx, gy, gz = kw["grid"]
+    assert gx % tx == 0 and gy >= 1 and gz == 1 and (gx // tx) * 16 >= n  # whole blocks covering the columns
+    assert kw["ensure_row_contiguous"] is True
+    assert [r.backend for r in t.records] == ["cuda"]
+
+
+def test_more_than_32_rows_run_stock_mlx(fake_cuda, monkeypatch):
+    x = rand((40, 64), mx.float32, 1)
+    w = rand((8, 64), mx.float32, 2)
+    with mt.trace() as t:
+        y = mt.linear(x, w)
+    assert not fake_cuda and [r.backend for r in t.records] == ["mlx"]
+    np.testing.assert_allclose(np.array(y), np.array(x @ w.T), rtol=1e-6, atol=1e-6)
+    monkeypatch.setenv("MLX_METILE_CUDA_MAX_ROWS", "64")
+    with mt.trace() as t:
+        mt.linear(x, w)
+    assert len(fake_cuda) == 1 and [r.backend for r in t.records] == ["cuda"]
+
+
+def test_gradients_are_opt_in(fake_cuda, monkeypatch):
+    x = rand((2, 64), mx.float32, 1)
+    w = rand((8, 64), mx.float32, 2)
+    cot = rand((2, 8), mx.float32, 3)
+
+    def loss(x):
+        return (mt.linear(x, w) * cot).sum()
+
+    monkeypatch.setenv("MLX_METILE_CUDA_GRADIENTS", "1")
+    got = mx.grad(loss)(x)
+    np.testing.assert_allclose(np.array(got), np.array(cot @ w), rtol=1e-6, atol=1e-6)
