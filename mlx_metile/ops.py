@@ -8,8 +8,11 @@ op, on the stream's device:
 - CPU: the C++ implementation, or with MLX_METILE_EMULATE=1 the generated MSL
   run through the Metal-on-CPU emulator;
 - Metal (macOS builds): the generated MSL;
-- any other device without a kernel path: the stock MLX composition
-  (`reference.py`), recorded as backend "mlx" in `mlx_metile.trace()`.
+- CUDA (MLX's CUDA build): the generated CUDA through
+  `mx.fast.precompiled_cuda_kernel`, for calls of up to `cuda_max_rows()` rows;
+- anything else (another device, larger CUDA calls, operands past 32-bit
+  indexing): the stock MLX composition (`reference.py`), recorded as backend
+  "mlx" in `mlx_metile.trace()`.
 """
 
 from __future__ import annotations
