@@ -70,7 +70,13 @@ def main() -> int:
             t_stock = per_product(mx.compile(stock), x)
             row = {"format": fmt, "rows": rows, "weight_bytes": nbytes, "t_stock": t_stock, "tunes": {}}
             for tune in args.settings:
-                for var in ("MLX_METILE_CUDA_TUNE", "MLX_METILE_CUDA_MMA"):
+                for var in (
+                    "MLX_METILE_CUDA_TUNE",
+                    "MLX_METILE_CUDA_MMA",
+                    "MLX_METILE_CUDA_MMA_UNROLL",
+                    "MLX_METILE_CUDA_MMA_WARPS",
+                    "MLX_METILE_CUDA_MMA_DENSE",
+                ):
                     os.environ.pop(var, None)
                 for assignment in filter(None, tune.split(";")):
                     var, _, value = assignment.partition("=")

@@ -36,7 +36,7 @@ from ..spec import ProjectionSpec
 from .lower import LowerError, _Lowering, _Scope
 from .poly import Poly
 
-WARPS = 8
+WARPS = 8  # K split per block of 16 columns
 COLUMNS = 16  # one m16 tile of output columns per block
 UNROLL = 1  # chunk-loop unrolling: 1 measured fastest on the H200 (1, 4 and 8 tried)
 
@@ -46,6 +46,15 @@ def mma_unroll() -> int:
     value = os.environ.get("MLX_METILE_CUDA_MMA_UNROLL", str(UNROLL))
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"MLX_METILE_CUDA_MMA_UNROLL: expected a positive integer, got {value!r}")
+    return int(value)
+
+
+def mma_warps() -> int:
+    """MLX_METILE_CUDA_MMA_WARPS (1, 2, 4, 8 or 16) overrides WARPS for tuning runs;
+    the K split is part of a row's sum order, so rows stay invariant per setting."""
+    value = os.environ.get("MLX_METILE_CUDA_MMA_WARPS", str(WARPS))
+    if value not in ("1", "2", "4", "8", "16"):
+        raise ValueError(f"MLX_METILE_CUDA_MMA_WARPS: expected 1, 2, 4, 8 or 16, got {value!r}")
     return int(value)
 
 
@@ -103,7 +112,7 @@ class MMALowering(_Lowering):
             "const int g = (threadIdx.x & 31) >> 2;",
             "const int t = threadIdx.x & 3;",
             f"const int chunks = K / {ck};",
-            f"const int per_warp = (chunks + {WARPS - 1}) / {WARPS};",
+            f"const int per_warp = (chunks + {s.SG - 1}) / {s.SG};",
             "const int c_begin = warp * per_warp;",
             "const int c_end = min(chunks, c_begin + per_warp);",
         ]
@@ -133,7 +142,7 @@ class MMALowering(_Lowering):
         body.append(Raw(lines))
 
         # warps' partial sums, added in warp order; warp 0 finishes
-        body.append(Decl("f32", "red", None, dims=(WARPS, nacc, rt, 4, 32), shared=True))
+        body.append(Decl("f32", "red", None, dims=(s.SG, nacc, rt, 4, 32), shared=True))
         store = []
         for j in range(nacc):
             for r in range(rt):
@@ -148,8 +157,12 @@ class MMALowering(_Lowering):
             sums.append(f"float fin{j}[{rt}][4];")
             for r in range(rt):
                 for e in range(4):
-                    terms = " + ".join(f"red[{w}][{j}][{r}][{e}][threadIdx.x & 31]" for w in range(1, WARPS))
-                    sums.append(f"fin{j}[{r}][{e}] = red[0][{j}][{r}][{e}][threadIdx.x & 31] + {terms};")
+                    terms = " + ".join(f"red[{w}][{j}][{r}][{e}][threadIdx.x & 31]" for w in range(1, s.SG))
+                    sums.append(
+                        f"fin{j}[{r}][{e}] = "
+                        + " + ".join([f"red[0][{j}][{r}][{e}][threadIdx.x & 31]"] + ([terms] if terms else []))
+                        + ";"
+                    )
         finish.body.append(Raw(sums))
         for r in range(rt):
             for e in range(4):

@@ -75,3 +75,21 @@ def test_cuda_tensor_core_schedule_selection(monkeypatch):
     monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "compute_75")  # no mma.sync m16n8k16 before sm_80
     assert kind(ProjectionSpec("bf16", (q4,), k_multiple=64)) == "simd_splitk"
     compile_projection.cache_clear()
+
+
+def test_mma_warps_override(monkeypatch):
+    from mlx_metile.runtime import compile_projection
+    from mlx_metile.spec import ProjectionSpec, WeightFormat
+
+    spec = ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64),), k_multiple=64)
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    for warps in ("4", "16"):
+        monkeypatch.setenv("MLX_METILE_CUDA_MMA_WARPS", warps)
+        compile_projection.cache_clear()
+        s = compile_projection(spec, 4, "cuda").schedule
+        assert s.SG == int(warps) and s.BN == 16
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_WARPS", "3")
+    compile_projection.cache_clear()
+    with pytest.raises(ValueError, match="MLX_METILE_CUDA_MMA_WARPS"):
+        compile_projection(spec, 4, "cuda")
+    compile_projection.cache_clear()
