@@ -120,6 +120,27 @@ def _quantized_fusions(arr, check, results, quick: bool) -> None:
                 "residual": lambda xr, rr, wg=wg: mt.fused_linear(xr, [wg], residual=rr),
                 "bias_gelu": lambda xr, rr, wg=wg, b=bias: mt.fused_linear(xr, [wg], biases=[b], epilogue="gelu"),
             }
+            # q/k/v: three weights concatenated, their boundaries inside 16-column blocks
+            qkv = [
+                mt.QuantizedWeight(*mx.quantize(arr((n, K), dtype, 0.05), group_size=group, bits=bits), group, bits)
+                for n in (40, 24, 24)
+            ]
+            qkv_bias = [arr((n,), dtype) for n in (40, 24, 24)]
+            for rows in (1, 5, 8, 17, 32):
+                outs = mt.fused_linear(x[:rows], qkv, biases=qkv_bias)
+                alone = [mt.fused_linear(x[r : r + 1], qkv, biases=qkv_bias) for r in range(rows)]
+                xr = f64(x[:rows])
+                for i, (y, qw, b) in enumerate(zip(outs, qkv, qkv_bias)):
+                    d = dequantize_exact(qw.w, qw.scales, qw.biases, group, bits)
+                    check(f"qkv[{i}] int{bits} g{group} {dtype} rows={rows}", y, xr @ d.T + f64(b), xr, d, dtype)
+                    yy = np.array(y.astype(mx.float32))
+                    bad = [
+                        r for r in range(rows) if not np.array_equal(yy[r], np.array(alone[r][i].astype(mx.float32))[0])
+                    ]
+                    if bad:
+                        results["failures"].append(
+                            f"row invariance: qkv[{i}] int{bits} g{group} {dtype} rows {bad[:5]} of {rows}"
+                        )
             for name, fn in calls.items():
                 alone = [np.array(fn(x[r : r + 1], res[r : r + 1]).astype(mx.float32)) for r in range(32)]
                 for rows in (1, 5, 8, 17, 32):
@@ -430,7 +451,15 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--correctness", choices=["full", "quick", "grad", "none"], default="full")
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES))
+    ap.add_argument(
+        "--mma-opt-in",
+        action="store_true",
+        help="also put fused q/k/v and dense weights on the tensor-core schedule (MLX_METILE_CUDA_MMA_FUSED/_DENSE)",
+    )
     args = ap.parse_args()
+    if args.mma_opt_in:
+        os.environ["MLX_METILE_CUDA_MMA_FUSED"] = "1"
+        os.environ["MLX_METILE_CUDA_MMA_DENSE"] = "1"
     mx.set_default_device(mx.gpu)
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -439,6 +468,7 @@ def main() -> int:
         "device": str(mx.default_device()),
         "device_info": {k: str(v) for k, v in mx.device_info().items()},
         "platform": platform.platform(),
+        "mma_opt_in": args.mma_opt_in,
         "python": sys.version.split()[0],
     }
     if args.correctness in ("full", "quick"):

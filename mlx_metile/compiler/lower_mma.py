@@ -21,10 +21,10 @@ warp 0 runs the program's epilogue (bias, SwiGLU, residual, ...) through the
 generic element rendering. A row's value depends only on its own x row, the
 fixed K split and the fixed order, so row invariance holds for 1..32 rows.
 
-Accepted: bf16 or f16 activations; each accumulator fed by one weight (a single
-projection, or SwiGLU's gate and up); 4-bit weights, 8-bit weights, or dense
-weights of the activation dtype with K a multiple of 32 (opt-in, see
-dense_mma). Other specs use `simd_splitk`.
+Accepted: bf16 or f16 activations; a single projection, SwiGLU's gate and up,
+or (opt-in, see fused_mma) weights concatenated into one accumulator, all of
+one format: 4-bit, 8-bit, or (opt-in, see dense_mma) dense weights of the
+activation dtype with K a multiple of 32. Other specs use `simd_splitk`.
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ def mma_warps() -> int:
 def mma_supported(spec: ProjectionSpec) -> bool:
     if spec.act_dtype not in ("bf16", "f16"):
         return False
-    if len(spec.weights) != 1 and spec.epilogue != "swiglu":
-        return False  # several weights concatenated into one accumulator
+    if len(spec.weights) != 1 and spec.epilogue != "swiglu" and not fused_mma():
+        return False  # several weights concatenated into one accumulator (opt-in, see fused_mma)
     formats = {(w.bits, w.group_size, w.dtype if not w.quantized else "") for w in spec.weights}
     if len(formats) != 1:
         return False
@@ -82,6 +82,13 @@ def dense_mma() -> bool:
     return os.environ.get("MLX_METILE_CUDA_MMA_DENSE", "0") == "1"
 
 
+def fused_mma() -> bool:
+    """Several weights concatenated into one accumulator (fused q/k/v) take the
+    tensor-core schedule only with MLX_METILE_CUDA_MMA_FUSED=1: written after the
+    session's GPU time ran out, it has not run on a GPU yet."""
+    return os.environ.get("MLX_METILE_CUDA_MMA_FUSED", "0") == "1"
+
+
 def chunk_k(spec: ProjectionSpec) -> int:
     """k per chunk (one scale per column): the group, or 32 for dense weights."""
     w = spec.weights[0]
@@ -99,8 +106,8 @@ class MMALowering(_Lowering):
         root = _Scope(body)
         order = self.prologue(body, root)
         nacc = len(order)
-        if nacc != len(spec.weights) and spec.epilogue != "swiglu":
-            raise LowerError(f"{self.p.name}: the mma schedule needs one weight per accumulator")
+        if nacc != (2 if spec.epilogue == "swiglu" else 1):
+            raise LowerError(f"{self.p.name}: unexpected accumulators for the mma schedule")
         rt = s.BM // 8  # row tiles of 8
         act = spec.act_dtype
         mma = "metile_mma_bf16" if act == "bf16" else "metile_mma_f16"
@@ -135,8 +142,9 @@ class MMALowering(_Lowering):
                     ": make_uint4(0u, 0u, 0u, 0u);"
                 )
         for j in range(nacc):
-            w = spec.weights[j] if spec.epilogue == "swiglu" else spec.weights[0]
-            body_lines += self.chunk_products(j, w, rt, slices, words_per_lane, mma)
+            # the weights feeding accumulator j: SwiGLU's gate or up, one projection, or a concatenation
+            members = [j] if spec.epilogue == "swiglu" or len(spec.weights) == 1 else list(range(len(spec.weights)))
+            body_lines += self.chunk_products(j, members, spec.weights[members[0]], rt, slices, words_per_lane, mma)
         lines += ["  " + ln for ln in body_lines]
         lines.append("}")
         body.append(Raw(lines))
@@ -172,13 +180,34 @@ class MMALowering(_Lowering):
         body.append(finish)
         return self.kernel(body)
 
-    def chunk_products(self, j: int, w, rt: int, slices: int, words_per_lane: int, mma: str) -> list[str]:
-        """One chunk of weight j: loads, unpacking, MMAs and the group's scale."""
-        out: list[str] = [f"{{  // weight {j}"]
-        n = f"N{j}"
+    def chunk_products(
+        self, j: int, members: list[int], w, rt: int, slices: int, words_per_lane: int, mma: str
+    ) -> list[str]:
+        """One chunk of accumulator j: loads, unpacking, MMAs and the group's scale.
+        Several members (a concatenation) share the format; each lane loads from
+        the member its column belongs to."""
+        out: list[str] = [f"{{  // weight {j}" if len(members) == 1 else f"{{  // weights {members}"]
         cols = ("n0a", "n0b")
         out.append(f"  const int n0a = pid0 * {COLUMNS} + g, n0b = n0a + 8;")
-        out.append(f"  const bool oka = n0a < {n}, okb = n0b < {n};")
+        if len(members) == 1:
+            n = f"N{j}"
+            out.append(f"  const bool oka = n0a < {n}, okb = n0b < {n};")
+        else:
+            for half, col in zip(("a", "b"), cols):
+                base = "0"
+                for i in members:
+                    out.append(f"  const int {col}_{i} = {col} - ({base});")
+                    out.append(f"  const bool ok{half}_{i} = {col}_{i} >= 0 && {col}_{i} < N{i};")
+                    base = f"{base} + N{i}"
+
+        def select(half: str, col: str, expr, zero: str) -> str:
+            if len(members) == 1:
+                return f"ok{half} ? {expr(members[0], col)} : {zero}"
+            chain = zero
+            for i in reversed(members):
+                chain = f"(ok{half}_{i} ? {expr(i, f'{col}_{i}')} : {chain})"
+            return chain
+
         out.append(f"  float c[{rt}][4] = {{}};")
         if w.quantized:
             words_row = f"(K / {32 // w.bits})"
@@ -186,12 +215,13 @@ class MMALowering(_Lowering):
             vec = {1: ("unsigned", 1), 2: ("uint2", 2), 4: ("uint4", 4), 8: ("uint4", 4)}[words_per_lane]
             for half, col in zip(("a", "b"), cols):
                 for v0 in range(0, words_per_lane, vec[1]):
-                    at = f"w{j} + {col} * {words_row} + kq / {32 // w.bits} + {v0}"
                     zero = {"unsigned": "0u", "uint2": "make_uint2(0u, 0u)", "uint4": "make_uint4(0u, 0u, 0u, 0u)"}
-                    out.append(
-                        f"  const {vec[0]} w{half}v{v0} = ok{half} ? *reinterpret_cast<const {vec[0]}*>({at}) "
-                        f": {zero[vec[0]]};"
-                    )
+
+                    def load(i, local, v0=v0):
+                        at = f"w{i} + {local} * {words_row} + kq / {32 // w.bits} + {v0}"
+                        return f"*reinterpret_cast<const {vec[0]}*>({at})"
+
+                    out.append(f"  const {vec[0]} w{half}v{v0} = {select(half, col, load, zero[vec[0]])};")
                     for i in range(vec[1]):
                         comp = "" if vec[1] == 1 else "." + "xyzw"[i]
                         out.append(f"  const unsigned w{half}{v0 + i} = w{half}v{v0}{comp};")
@@ -213,8 +243,11 @@ class MMALowering(_Lowering):
             sdt = "__bfloat162float" if w.dtype == "bf16" else ("__half2float" if w.dtype == "f16" else "")
             for half, col in zip(("a", "b"), cols):
                 for name in ("scales", "biases"):
-                    v = f"{name}{j}[{col} * {groups} + ch]"
-                    out.append(f"  const float {name[0]}{half} = ok{half} ? {sdt}({v}) : 0.0f;")
+
+                    def param(i, local, name=name):
+                        return f"{sdt}({name}{i}[{local} * {groups} + ch])"
+
+                    out.append(f"  const float {name[0]}{half} = {select(half, col, param, '0.0f')};")
             # sum of x over the group for rows 2t, 2t+1 of each tile
             for r in range(rt):
                 terms = []
@@ -233,10 +266,11 @@ class MMALowering(_Lowering):
                     )
         else:
             for half, col in zip(("a", "b"), cols):
-                out.append(
-                    f"  const uint4 w{half} = ok{half} ? *reinterpret_cast<const uint4*>(w{j} + {col} * K + kq) "
-                    ": make_uint4(0u, 0u, 0u, 0u);"
-                )
+
+                def dense(i, local):
+                    return f"*reinterpret_cast<const uint4*>(w{i} + {local} * K + kq)"
+
+                out.append(f"  const uint4 w{half} = {select(half, col, dense, 'make_uint4(0u, 0u, 0u, 0u)')};")
             # 8 consecutive k per lane: slots (2t, 2t+1) and (2t+8, 2t+9) take pairs 0,1 then 2,3
             for p0, p1 in (("x", "y"), ("z", "w")):
                 for r in range(rt):

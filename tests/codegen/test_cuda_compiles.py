@@ -44,3 +44,26 @@ def test_portable_ptx(spec):
     art = compile_projection(spec, 4, "cuda")
     text = ptx(art, "compute_75").decode()
     assert f".visible .entry {art.entry}(" in text and ".target sm_75" in text
+
+
+def test_opt_in_tensor_core_variants_compile(monkeypatch):
+    """Fused q/k/v and dense weights on the tensor-core schedule (opt-in until
+    they have run on a GPU) still compile for sm_90."""
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_FUSED", "1")
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", "1")
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    compile_projection.cache_clear()
+    specs = [
+        ProjectionSpec("bf16", tuple(WeightFormat("bf16", 4, 64, True, "bf16") for _ in range(3)), k_multiple=64),
+        ProjectionSpec("f16", tuple(WeightFormat("f16", 8, 32) for _ in range(2)), "gelu", k_multiple=64),
+        ProjectionSpec("bf16", tuple(WeightFormat("bf16") for _ in range(3)), k_multiple=64),
+        ProjectionSpec("f16", (WeightFormat("f16", has_bias=True, bias_dtype="f16"),), None, True, k_multiple=32),
+    ]
+    try:
+        for spec in specs:
+            for bucket in (1, 8, 32):
+                art = compile_projection(spec, bucket, "cuda")
+                assert art.schedule.kind == "mma", spec.name()
+                assert ptx(art, "sm_90")[:4] == b"\x7fELF"
+    finally:
+        compile_projection.cache_clear()

@@ -93,3 +93,17 @@ def test_mma_warps_override(monkeypatch):
     with pytest.raises(ValueError, match="MLX_METILE_CUDA_MMA_WARPS"):
         compile_projection(spec, 4, "cuda")
     compile_projection.cache_clear()
+
+
+def test_fused_mma_is_opt_in(monkeypatch):
+    from mlx_metile.runtime import compile_projection
+    from mlx_metile.spec import ProjectionSpec, WeightFormat
+
+    spec = ProjectionSpec("bf16", tuple(WeightFormat("bf16", 4, 64) for _ in range(3)), k_multiple=64)
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    compile_projection.cache_clear()
+    assert compile_projection(spec, 4, "cuda").schedule.kind == "simd_splitk"
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_FUSED", "1")
+    compile_projection.cache_clear()
+    assert compile_projection(spec, 4, "cuda").schedule.kind == "mma"
+    compile_projection.cache_clear()
