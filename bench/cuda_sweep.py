@@ -76,6 +76,8 @@ def main() -> int:
                     "MLX_METILE_CUDA_MMA_UNROLL",
                     "MLX_METILE_CUDA_MMA_WARPS",
                     "MLX_METILE_CUDA_MMA_DENSE",
+                    "MLX_METILE_CUDA_MMA_FUSED",
+                    "MLX_METILE_CUDA_MMA_PIPELINE",
                 ):
                     os.environ.pop(var, None)
                 for assignment in filter(None, tune.split(";")):

@@ -82,6 +82,13 @@ def dense_mma() -> bool:
     return os.environ.get("MLX_METILE_CUDA_MMA_DENSE", "0") == "1"
 
 
+def mma_pipeline() -> bool:
+    """MLX_METILE_CUDA_MMA_PIPELINE=1: each chunk's weight loads are issued one
+    chunk ahead (register double-buffering). A tuning knob, written after the
+    session's GPU time ran out: compiled in the tests, not yet run or timed."""
+    return os.environ.get("MLX_METILE_CUDA_MMA_PIPELINE", "0") == "1"
+
+
 def fused_mma() -> bool:
     """Several weights concatenated into one accumulator (fused q/k/v) take the
     tensor-core schedule only with MLX_METILE_CUDA_MMA_FUSED=1: written after the
@@ -99,6 +106,9 @@ class MMALowering(_Lowering):
     def __init__(self, program, schedule, divisors, vector_buffers, spec: ProjectionSpec):
         super().__init__(program, schedule, divisors, vector_buffers)
         self.spec = spec
+        self.pipeline = mma_pipeline()
+        # (variable, type, zero, load expression, column set-up lines) of each prefetched load
+        self.prefetched: list[tuple[str, str, str, str, list[str]]] = []
 
     def lower(self) -> KernelDef:
         s, spec = self.s, self.spec
@@ -145,6 +155,16 @@ class MMALowering(_Lowering):
             # the weights feeding accumulator j: SwiGLU's gate or up, one projection, or a concatenation
             members = [j] if spec.epilogue == "swiglu" or len(spec.weights) == 1 else list(range(len(spec.weights)))
             body_lines += self.chunk_products(j, members, spec.weights[members[0]], rt, slices, words_per_lane, mma)
+        if self.prefetched:  # the first chunk's weights, loaded before the loop
+            loop_at = lines.index(f"#pragma unroll {mma_unroll()}")
+            pre = [f"{typ} {name};" for name, typ, _, _, _ in self.prefetched]
+            for name, _, zero, load, setup in self.prefetched:
+                pre.append("{")
+                pre += setup
+                pre.append(f"  const int kq = c_begin * {ck} + t * {quarter};")
+                pre.append(f"  {name} = c_begin < c_end ? ({load}) : {zero};")
+                pre.append("}")
+            lines[loop_at:loop_at] = pre
         lines += ["  " + ln for ln in body_lines]
         lines.append("}")
         body.append(Raw(lines))
@@ -208,6 +228,20 @@ class MMALowering(_Lowering):
                 chain = f"(ok{half}_{i} ? {expr(i, f'{col}_{i}')} : {chain})"
             return chain
 
+        setup = list(out[1:])
+        ck = chunk_k(self.spec)
+
+        def weight_load(name: str, typ: str, load: str, zero: str) -> None:
+            if not self.pipeline:
+                out.append(f"  const {typ} {name} = {load};")
+                return
+            ahead = f"w{j}{name}_n"  # this chunk's value, loaded one iteration earlier
+            out.append(f"  const {typ} {name} = {ahead};")
+            out.append(
+                f"  {{ const int kq = (ch + 1) * {ck} + t * {ck // 4}; {ahead} = ch + 1 < c_end ? ({load}) : {zero}; }}"
+            )
+            self.prefetched.append((ahead, typ, zero, load, setup))
+
         out.append(f"  float c[{rt}][4] = {{}};")
         if w.quantized:
             words_row = f"(K / {32 // w.bits})"
@@ -221,7 +255,7 @@ class MMALowering(_Lowering):
                         at = f"w{i} + {local} * {words_row} + kq / {32 // w.bits} + {v0}"
                         return f"*reinterpret_cast<const {vec[0]}*>({at})"
 
-                    out.append(f"  const {vec[0]} w{half}v{v0} = {select(half, col, load, zero[vec[0]])};")
+                    weight_load(f"w{half}v{v0}", vec[0], select(half, col, load, zero[vec[0]]), zero[vec[0]])
                     for i in range(vec[1]):
                         comp = "" if vec[1] == 1 else "." + "xyzw"[i]
                         out.append(f"  const unsigned w{half}{v0 + i} = w{half}v{v0}{comp};")
@@ -270,7 +304,8 @@ class MMALowering(_Lowering):
                 def dense(i, local):
                     return f"*reinterpret_cast<const uint4*>(w{i} + {local} * K + kq)"
 
-                out.append(f"  const uint4 w{half} = {select(half, col, dense, 'make_uint4(0u, 0u, 0u, 0u)')};")
+                zero4 = "make_uint4(0u, 0u, 0u, 0u)"
+                weight_load(f"w{half}", "uint4", select(half, col, dense, zero4), zero4)
             # 8 consecutive k per lane: slots (2t, 2t+1) and (2t+8, 2t+9) take pairs 0,1 then 2,3
             for p0, p1 in (("x", "y"), ("z", "w")):
                 for r in range(rt):

@@ -53,6 +53,7 @@ def test_opt_in_tensor_core_variants_compile(monkeypatch):
     monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", "1")
     monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
     compile_projection.cache_clear()
+    pipelined = ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64), WeightFormat("bf16", 4, 64)), "swiglu")
     specs = [
         ProjectionSpec("bf16", tuple(WeightFormat("bf16", 4, 64, True, "bf16") for _ in range(3)), k_multiple=64),
         ProjectionSpec("f16", tuple(WeightFormat("f16", 8, 32) for _ in range(2)), "gelu", k_multiple=64),
@@ -65,5 +66,12 @@ def test_opt_in_tensor_core_variants_compile(monkeypatch):
                 art = compile_projection(spec, bucket, "cuda")
                 assert art.schedule.kind == "mma", spec.name()
                 assert ptx(art, "sm_90")[:4] == b"\x7fELF"
+        # the register double-buffered mainloop, for every weight kind
+        monkeypatch.setenv("MLX_METILE_CUDA_MMA_PIPELINE", "1")
+        for spec in [pipelined, *specs]:
+            compile_projection.cache_clear()
+            art = compile_projection(spec, 4, "cuda")
+            assert "_n = ch + 1 < c_end" in art.source
+            assert ptx(art, "sm_90")[:4] == b"\x7fELF"
     finally:
         compile_projection.cache_clear()
