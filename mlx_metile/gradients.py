@@ -7,9 +7,10 @@ Forward mode (`mx.jvp`) is not provided: MLX 0.32.4 differentiates a custom
 function's forward graph in jvp, and its precompiled-CUDA-kernel op has no jvp.
 
 The kernel's inputs arrive flat (x, then per weight its arrays and bias, then
-the residual); `unflatten` rebuilds the composition's arguments from them, so
-gradients flow to x, dense weights, biases, residual, and quantization scales
-and biases. Packed uint32 weights get zero cotangents (they are integers).
+the residual); the caller's `reference` rebuilds the composition from them
+(`ops._reference_of_flat`), so gradients flow to x, dense weights, biases,
+residual, and quantization scales and biases. Packed uint32 weights get zero
+cotangents (they are integers).
 """
 
 from __future__ import annotations
