@@ -1,4 +1,4 @@
-"""CUDA artifacts: PTX from the generated source (nvcc), cached on disk, and
+"""CUDA artifacts: cubin / PTX from the generated source (nvcc, or NVRTC), cached on disk, and
 the launch through MLX's precompiled-CUDA-kernel op, which passes inputs,
 outputs, then scalars - the order the CUDA renderer declares them in."""
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..emu.toolchain import cache_root
 from .artifact import Artifact
+from .nvrtc import NvrtcError, compile_cuda, find_nvrtc
 
 DEFAULT_ARCH = "sm_90"
 
@@ -40,22 +41,46 @@ def cuda_arch() -> str:
     return os.environ.get("MLX_METILE_CUDA_ARCH", DEFAULT_ARCH)
 
 
+def compiler() -> tuple[str, str]:
+    """("nvcc", path) or ("nvrtc", library): MLX_METILE_CUDA_COMPILER=nvcc|nvrtc
+    picks one; by default nvcc where installed (what ran on the H200), else the
+    NVRTC that MLX's CUDA wheel brings."""
+    want = os.environ.get("MLX_METILE_CUDA_COMPILER", "")
+    if want not in ("", "nvcc", "nvrtc"):
+        raise ValueError(f"MLX_METILE_CUDA_COMPILER: expected nvcc or nvrtc, got {want!r}")
+    nvcc = find_nvcc() if want != "nvrtc" else None
+    if nvcc is not None:
+        return "nvcc", nvcc
+    nvrtc = find_nvrtc() if want != "nvcc" else None
+    if nvrtc is not None:
+        return "nvrtc", nvrtc
+    raise CudaCompileError(
+        "no CUDA compiler: install the CUDA toolkit (nvcc) or pip install nvidia-cuda-nvrtc nvidia-cuda-runtime"
+    )
+
+
 @lru_cache(maxsize=512)
 def ptx(artifact: Artifact, arch: str | None = None) -> bytes:
     """Machine code of a CUDA artifact: a cubin for an `sm_NN` arch, PTX for a
     `compute_NN` one (portable, JIT-compiled by the driver); cached on disk by
-    source hash."""
+    source hash and compiler."""
     if artifact.target != "cuda":
         raise ValueError(f"artifact: expected a cuda artifact, got {artifact.target}")
     arch = arch or cuda_arch()
-    nvcc = find_nvcc()
-    if nvcc is None:
-        raise CudaCompileError("nvcc not found: install the CUDA toolkit or set MLX_METILE_NVCC")
-    key = hashlib.sha256(f"{artifact.source}\0{arch}\0{nvcc}".encode()).hexdigest()[:24]
+    tool, path = compiler()
+    key = hashlib.sha256(f"{artifact.source}\0{arch}\0{path}".encode()).hexdigest()[:24]
     kind = "ptx" if arch.startswith("compute_") else "cubin"
     out = cache_root("cuda") / f"{artifact.entry}-{key}.{kind}"
     if out.exists():
         return out.read_bytes()
+    if tool == "nvrtc":
+        try:
+            data = compile_cuda(artifact.source, artifact.entry, arch)
+        except NvrtcError as e:
+            raise CudaCompileError(str(e)) from None
+        _store(out, data)
+        return data
+    nvcc = path
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / f"{artifact.entry}.cu"
         src.write_text(artifact.source)
@@ -69,7 +94,11 @@ def ptx(artifact: Artifact, arch: str | None = None) -> bytes:
         if res.returncode != 0:
             raise CudaCompileError(f"nvcc failed on {artifact.entry}:\n{res.stderr}")
         data = dst.read_bytes()
+    _store(out, data)
+    return data
+
+
+def _store(out: Path, data: bytes) -> None:
     tmp_out = out.with_suffix(f".{os.getpid()}.tmp")
     tmp_out.write_bytes(data)
     os.replace(tmp_out, out)
-    return data
