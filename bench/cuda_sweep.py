@@ -3,7 +3,7 @@
     python bench/cuda_sweep.py --out sweep.json \
         --settings "MLX_METILE_CUDA_MMA=0" "MLX_METILE_CUDA_MMA=0;MLX_METILE_CUDA_TUNE=sg=8,nc=2" ...
 
-For each setting (environment assignments separated by ';'), the
+For each setting (environment assignments separated by ';', or "default"), the
 compiled-graph time of mlx_metile and stock MLX (same run, weight pool > L2)
 on one shape, per format and rows.
 """
@@ -80,7 +80,7 @@ def main() -> int:
                     "MLX_METILE_CUDA_MMA_PIPELINE",
                 ):
                     os.environ.pop(var, None)
-                for assignment in filter(None, tune.split(";")):
+                for assignment in filter(None, "" if tune == "default" else tune.split(";")):
                     var, _, value = assignment.partition("=")
                     os.environ[var] = value
                 ops._compiled.cache_clear()
