@@ -1,0 +1,74 @@
+"""pytest-benchmark suite for MLX's CUDA backend (the lent H200): mlx_metile,
+stock MLX and, for bf16, PyTorch's F.linear, in the same run, on the issue's
+model shapes, each timed call streaming the next weight of a pool larger than
+the L2. Each round is one eager call and a synchronisation, so host overhead
+is included (bench/h200.py reports compiled-graph figures beside eager ones).
+Skipped without a CUDA device; not yet run on the H200. The plain-script entry
+with the copy roofline and the correctness matrix is bench/h200.py.
+
+    python -m pytest bench/test_bench_cuda.py --benchmark-json bench/results/h200-<date>-pytest.json
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import mlx.core as mx
+import pytest
+
+from . import h200
+
+pytestmark = pytest.mark.skipif(not mx.cuda.is_available(), reason="needs MLX's CUDA backend and a GPU")
+
+SHAPES = ["llama8b_gateup_4096x14336", "llama8b_down_14336x4096", "qwen1.5b_gateup_1536x8960"]
+_pools: dict[tuple[str, str], tuple[list, int]] = {}
+
+
+def _pool(shape: str, fmt: str):
+    if (shape, fmt) not in _pools:
+        _pools.clear()  # one pool resident at a time: each is about 480 MB
+        K, N = h200.SHAPES[shape]
+        _pools[(shape, fmt)] = h200.make_pool(fmt, K, N)
+    return _pools[(shape, fmt)]
+
+
+@pytest.mark.parametrize("impl", ["mlx_metile", "stock", "torch"])
+@pytest.mark.parametrize("rows", h200.ROWS)
+@pytest.mark.parametrize("fmt", ["bf16", "int4", "int8"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_cuda_projection(benchmark, shape, fmt, rows, impl):
+    K, N = h200.SHAPES[shape]
+    pool, nbytes = _pool(shape, fmt)
+    counter = itertools.count()
+    if impl == "torch":
+        torch = pytest.importorskip("torch")
+        if fmt != "bf16" or not torch.cuda.is_available():
+            pytest.skip("PyTorch is measured for bf16 (F.linear) only")
+        weights = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * K**-0.5 for _ in range(len(pool))]
+        x_t = torch.randn(rows, K, device="cuda", dtype=torch.bfloat16)
+
+        def call():
+            torch.nn.functional.linear(x_t, weights[next(counter) % len(weights)])
+            torch.cuda.synchronize()
+
+    else:
+        x = mx.random.normal((rows, K)).astype(mx.bfloat16)
+        bits = 4 if fmt == "int4" else 8
+
+        def product(p):
+            if impl == "mlx_metile":
+                return (
+                    h200.mt.linear(x, p[0])
+                    if fmt == "bf16"
+                    else h200.mt.quantized_linear(x, *p, group_size=64, bits=bits)
+                )
+            if fmt == "bf16":
+                return x @ p[0].T
+            return mx.quantized_matmul(x, *p, transpose=True, group_size=64, bits=bits)
+
+        def call():
+            mx.eval(product(pool[next(counter) % len(pool)]))
+
+    benchmark.group = f"{shape} {fmt} rows={rows}"
+    benchmark.extra_info.update({"shape": shape, "format": fmt, "rows": rows, "impl": impl, "weight_bytes": nbytes})
+    benchmark.pedantic(call, rounds=30, iterations=1, warmup_rounds=3)
