@@ -351,11 +351,6 @@ def _binding_template(artifact) -> tuple[tuple[int, int | str], ...]:
     return tuple(out)
 
 
-@lru_cache(maxsize=1024)
-def _scalar_names(artifact) -> tuple[str, ...]:
-    return tuple(p.name for p in artifact.params if p.kind == "scalar")
-
-
 def _launch_cuda(artifact, inputs, scalars, rows, cols, out_ns, out_dtype, stream) -> list[mx.array]:
     """The CUDA artifact as PTX through MLX's precompiled-kernel op (inputs,
     outputs, then scalars; the grid is given in threads)."""
@@ -369,7 +364,7 @@ def _launch_cuda(artifact, inputs, scalars, rows, cols, out_ns, out_dtype, strea
         inputs=inputs,
         output_shapes=[(rows, n) for n in out_ns],
         output_dtypes=[out_dtype] * len(out_ns),
-        scalars=[scalars[name] for name in _scalar_names(artifact)],
+        scalars=[scalars[name] for kind, name in _binding_template(artifact) if kind == 2],
         grid=(gx * tx, gy * ty, gz * tz),
         threadgroup=(tx, ty, tz),
         ensure_row_contiguous=True,

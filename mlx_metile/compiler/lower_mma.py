@@ -321,22 +321,16 @@ class MMALowering(_Lowering):
         inside x slice `sl`: the x values at the same k the A pairs hold."""
         v = f"xv{r}_{sl}"
         comps = "xyzw"
-        if bits == 4:
-            # nibble pair (q, q+4) of a word covering x[off .. off+8): x[q] and x[q+4]
-            def pair(q: int) -> str:
-                lo, hi = comps[(off + q) // 2], comps[(off + q + 4) // 2]
-                sel = "0x5410" if q % 2 == 0 else "0x7632"
-                return f"__byte_perm({v}.{lo}, {v}.{hi}, {sel})"
+        # a pair holds the values `gap` apart in the word (nibbles q, q+4; bytes q, q+2):
+        # x[off + q] and x[off + q + gap], both low or both high halves of their u32
+        gap = 4 if bits == 4 else 2
 
-            return pair(p), pair(p + 1)
-
-        # byte pair (q, q+2) of a word covering x[off .. off+4)
-        def pair8(q: int) -> str:
-            lo, hi = comps[(off + q) // 2], comps[(off + q + 2) // 2]
+        def pair(q: int) -> str:
+            lo, hi = comps[(off + q) // 2], comps[(off + q + gap) // 2]
             sel = "0x5410" if q % 2 == 0 else "0x7632"
             return f"__byte_perm({v}.{lo}, {v}.{hi}, {sel})"
 
-        return pair8(p), pair8(p + 1)
+        return pair(p), pair(p + 1)
 
 
 def lower_mma(program, schedule, divisors, vector_buffers, spec: ProjectionSpec) -> KernelDef:
