@@ -70,15 +70,7 @@ def main() -> int:
             t_stock = per_product(mx.compile(stock), x)
             row = {"format": fmt, "rows": rows, "weight_bytes": nbytes, "t_stock": t_stock, "tunes": {}}
             for tune in args.settings:
-                for var in (
-                    "MLX_METILE_CUDA_TUNE",
-                    "MLX_METILE_CUDA_MMA",
-                    "MLX_METILE_CUDA_MMA_UNROLL",
-                    "MLX_METILE_CUDA_MMA_WARPS",
-                    "MLX_METILE_CUDA_MMA_DENSE",
-                    "MLX_METILE_CUDA_MMA_FUSED",
-                    "MLX_METILE_CUDA_MMA_PIPELINE",
-                ):
+                for var in [v for v in os.environ if v.startswith("MLX_METILE_CUDA_") and v != "MLX_METILE_CUDA_ARCH"]:
                     os.environ.pop(var, None)
                 for assignment in filter(None, "" if tune == "default" else tune.split(";")):
                     var, _, value = assignment.partition("=")

@@ -106,6 +106,25 @@ def _not_invariant(y, alone: dict, rows: int) -> list[int]:
     return _rows_differing(y, alone["default"] if rows <= 32 else alone["simt"])
 
 
+def _odd_group_count(arr, check, results) -> None:
+    """K = 17 groups of 64: no 4-byte scale pairs, so the tensor-core schedule
+    loads through registers instead of its cp.async ring."""
+    K, N = 17 * 64, 136
+    for dtype in (mx.bfloat16, mx.float16):
+        for bits in (4, 8):
+            wq, s, bq = mx.quantize(arr((N, K), dtype, 0.05), group_size=64, bits=bits)
+            wd = dequantize_exact(wq, s, bq, 64, bits)
+            x = arr((32, K), dtype)
+            alone = [np.array(_quantized(x[r : r + 1], wq, s, bq, 64, bits).astype(mx.float32)) for r in range(32)]
+            for rows in (1, 8, 17, 32):
+                y = _quantized(x[:rows], wq, s, bq, 64, bits)
+                name = f"int{bits} g64 K={K} {dtype} rows={rows}"
+                check(name, y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype)
+                bad = _rows_differing(y, alone)
+                if bad:
+                    results["failures"].append(f"row invariance: {name} rows {bad[:5]}")
+
+
 def _quantized_fusions(arr, check, results, quick: bool) -> None:
     """Epilogues on quantized weights (the tensor-core schedule on CUDA): SwiGLU,
     residual, bias + GELU, against float64 and row by row against rows alone."""
@@ -280,6 +299,7 @@ def _correctness(quick: bool) -> dict:
                         results["failures"].append(
                             f"row invariance: int{bits} g{group} {dtype} rows {bad[:5]} of {rows}"
                         )
+    _odd_group_count(arr, check, results)
     _quantized_fusions(arr, check, results, quick)
     # fused variants, bf16
     dtype = mx.bfloat16

@@ -251,7 +251,9 @@ def _project(
         return [o.reshape(*lead, o.shape[-1]) for o in outs]
 
     target = "cuda" if backend == "cuda" else "msl"
-    _, artifact = _compiled(act, formats, epilogue, residual is not None, math.gcd(K, 64), row_bucket(rows), target)
+    # CUDA: up to 256, so the mma schedule knows when rows hold an even number of groups (4-byte scale pairs)
+    k_multiple = math.gcd(K, 256 if target == "cuda" else 64)
+    _, artifact = _compiled(act, formats, epilogue, residual is not None, k_multiple, row_bucket(rows), target)
     inputs: list[mx.array] = [x2]
     for w, b in zip(weights, biases):
         if isinstance(w, QuantizedWeight):
@@ -367,6 +369,7 @@ def _launch_cuda(artifact, inputs, scalars, rows, cols, out_ns, out_dtype, strea
         scalars=[scalars[name] for kind, name in _binding_template(artifact) if kind == 2],
         grid=(gx * tx, gy * ty, gz * tz),
         threadgroup=(tx, ty, tz),
+        shared_memory=artifact.dynamic_shared,
         ensure_row_contiguous=True,
         stream=stream,
     )

@@ -1,8 +1,8 @@
 """The `mma` schedule (CUDA, sm_80+, 1..32 rows): tensor-core split-K.
 
-A block of W warps owns 16 output columns; warp w takes a contiguous range of
-K chunks (a quantization group, or 32 k of a dense weight), and each chunk is
-one or more `mma.sync.m16n8k16` (f32 accumulate):
+A block of W warps owns T tiles of 16 output columns; warp w takes a contiguous
+range of K chunks (a quantization group, or 32 k of a dense weight), and each
+chunk is one or more `mma.sync.m16n8k16` (f32 accumulate) per tile:
 
     A (16 x 16): 16 columns x 16 k of the weight - for quantized weights the
                  integers q themselves, exact in bf16/f16 (never s*q+b rounded);
@@ -10,16 +10,24 @@ one or more `mma.sync.m16n8k16` (f32 accumulate):
     C (16 x 8):  f32, per chunk; then acc += scale * C + bias * sum(x over the group)
 
 so the affine dequantisation is applied per group in f32, after exact integer
-products: y = sum_g s_g * sum_k q_k x_k + b_g * sum_k x_k. Lane (g, t) of a warp
-loads words of columns n0+g and n0+g+8 covering a quarter of the group; the
-k order inside a chunk is free (A and B use the same one), and is chosen so
-that a packed word unpacks into register pairs with two bit operations
-(nibbles j and j+4 of a word form one bf16x2/f16x2 pair).
+products: y = sum_g s_g * sum_k q_k x_k + b_g * sum_k x_k. The group sums of x
+come from the tensor cores too (A = ones), shared by every tile and weight.
+Lane (g, t) of a warp loads words of columns n0+g and n0+g+8 covering a quarter
+of the group; the k order inside a chunk is free (A and B use the same one),
+and is chosen so that a packed word unpacks into register pairs with two bit
+operations (nibbles j and j+4 of a word form one bf16x2/f16x2 pair).
+
+Loads: the x slices, packed words, scales and biases of `batch` chunks are
+issued together and, with `prefetch`, one batch ahead of the math that uses
+them (register double-buffering), so that a warp has several chunks of loads
+in flight instead of waiting for each (ptxas otherwise sinks later loads of a
+chunk behind its first products - seen in the H200 profile of 2026-11-29).
 
 The W warps' partial sums are added in warp order through shared memory, and
 warp 0 runs the program's epilogue (bias, SwiGLU, residual, ...) through the
 generic element rendering. A row's value depends only on its own x row, the
-fixed K split and the fixed order, so row invariance holds for 1..32 rows.
+fixed K split and the fixed order, so row invariance holds for 1..32 rows;
+batch, prefetch and tiles change where loads are issued, not the order of any sum.
 
 Accepted: bf16 or f16 activations; a single projection, SwiGLU's gate and up,
 or (opt-in, see fused_mma) weights concatenated into one accumulator, all of
@@ -30,32 +38,60 @@ activation dtype with K a multiple of 32. Other specs use `simd_splitk`.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from ..codegen.ast import Barrier, Decl, If, KernelDef, Raw
 from ..spec import ProjectionSpec
 from .lower import LowerError, _Lowering, _Scope
 from .poly import Poly
 
-WARPS = 8  # K split per block of 16 columns
-COLUMNS = 16  # one m16 tile of output columns per block
-UNROLL = 1  # chunk-loop unrolling: 1 measured fastest on the H200 (1, 4 and 8 tried)
+TILE = 16  # output columns per m16 tile
+SMEM_LIMIT = 48 * 1024  # static shared memory of one block (the warps' partial sums)
+RING_LIMIT = 160 * 1024  # shared memory of one block: ring + partial sums (an SM has 227 KB)
+MAX_PARTIALS = 8  # accumulator tiles (x 4 floats) one lane may hold: tiles x row tiles x weights
+
+# Per row bucket (8, 16, 32 rows): warps splitting K, chunks per load batch,
+# prefetch (0/1) and 16-column tiles per block. Overridable for tuning runs
+# with MLX_METILE_CUDA_MMA_{WARPS,BATCH,PREFETCH,TILES}.
+DEFAULTS = {
+    8: {"warps": 8, "batch": 1, "prefetch": 0, "tiles": 1, "stages": 4},
+    16: {"warps": 8, "batch": 1, "prefetch": 0, "tiles": 1, "stages": 4},
+    32: {"warps": 8, "batch": 1, "prefetch": 0, "tiles": 1, "stages": 4},
+}
+ALLOWED = {
+    "warps": (1, 2, 4, 8, 16),
+    "batch": (1, 2, 3, 4, 6, 8),
+    "prefetch": (0, 1),
+    "tiles": (1, 2, 4),
+    "stages": (0, 2, 3, 4, 6, 8),
+}
 
 
-def mma_unroll() -> int:
-    """MLX_METILE_CUDA_MMA_UNROLL overrides UNROLL for tuning runs."""
-    value = os.environ.get("MLX_METILE_CUDA_MMA_UNROLL", str(UNROLL))
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"MLX_METILE_CUDA_MMA_UNROLL: expected a positive integer, got {value!r}")
+def mma_setting(name: str, rows_bucket: int) -> int:
+    """One of DEFAULTS' settings for a row bucket, or MLX_METILE_CUDA_MMA_<NAME>."""
+    var = f"MLX_METILE_CUDA_MMA_{name.upper()}"
+    value = os.environ.get(var)
+    if value is None:
+        return DEFAULTS[min(b for b in DEFAULTS if b >= rows_bucket)][name]
+    if not value.isdigit() or int(value) not in ALLOWED[name]:
+        raise ValueError(f"{var}: expected one of {', '.join(map(str, ALLOWED[name]))}, got {value!r}")
     return int(value)
 
 
-def mma_warps() -> int:
-    """MLX_METILE_CUDA_MMA_WARPS (1, 2, 4, 8 or 16) overrides WARPS for tuning runs;
-    the K split is part of a row's sum order, so rows stay invariant per setting."""
-    value = os.environ.get("MLX_METILE_CUDA_MMA_WARPS", str(WARPS))
-    if value not in ("1", "2", "4", "8", "16"):
-        raise ValueError(f"MLX_METILE_CUDA_MMA_WARPS: expected 1, 2, 4, 8 or 16, got {value!r}")
-    return int(value)
+def mma_shape(rows_bucket: int, accumulators: int) -> tuple[int, int]:
+    """(warps, column tiles) per block: the settings, tiles then warps halved
+    while the warps' partial sums would overflow static shared memory, or the
+    partial sums a lane's registers."""
+    warps, tiles, rt = mma_setting("warps", rows_bucket), mma_setting("tiles", rows_bucket), rows_bucket // 8
+
+    def partial_bytes() -> int:
+        return warps * accumulators * tiles * rt * 4 * 32 * 4
+
+    while tiles > 1 and (partial_bytes() > SMEM_LIMIT or tiles * rt * accumulators > MAX_PARTIALS):
+        tiles //= 2
+    while warps > 1 and partial_bytes() > SMEM_LIMIT:
+        warps //= 2
+    return warps, tiles
 
 
 def mma_supported(spec: ProjectionSpec) -> bool:
@@ -82,17 +118,9 @@ def dense_mma() -> bool:
     return os.environ.get("MLX_METILE_CUDA_MMA_DENSE", "0") == "1"
 
 
-def mma_pipeline() -> bool:
-    """MLX_METILE_CUDA_MMA_PIPELINE=1: each chunk's weight loads are issued one
-    chunk ahead (register double-buffering). A tuning knob, written after the
-    session's GPU time ran out: compiled in the tests, not yet run or timed."""
-    return os.environ.get("MLX_METILE_CUDA_MMA_PIPELINE", "0") == "1"
-
-
 def fused_mma() -> bool:
     """Several weights concatenated into one accumulator (fused q/k/v) take the
-    tensor-core schedule only with MLX_METILE_CUDA_MMA_FUSED=1: written after the
-    session's GPU time ran out, it has not run on a GPU yet."""
+    tensor-core schedule only with MLX_METILE_CUDA_MMA_FUSED=1."""
     return os.environ.get("MLX_METILE_CUDA_MMA_FUSED", "0") == "1"
 
 
@@ -102,224 +130,229 @@ def chunk_k(spec: ProjectionSpec) -> int:
     return w.group_size if w.quantized else 32
 
 
+# bf16 / f16 pairs of 1.0: the A operand that turns an MMA into sums of x
+ONES = {"bf16": "0x3F803F80u", "f16": "0x3C003C00u"}
+ZERO = {"unsigned": "0u", "uint2": "make_uint2(0u, 0u)", "uint4": "make_uint4(0u, 0u, 0u, 0u)"}
+ZERO.update({"unsigned short": "(unsigned short)0", "float": "0.0f"})
+
+
+@dataclass(frozen=True)
+class Load:
+    """One lane's load: `typ name = cond ? *(typ*)addr : 0`."""
+
+    typ: str
+    name: str
+    cond: str
+    addr: str
+    shared: bool = False  # read by many blocks (x): kept in L1
+
+    @property
+    def size(self) -> int:
+        return {"uint4": 16, "uint2": 8, "unsigned": 4, "float": 4, "unsigned short": 2}[self.typ]
+
+    def value(self) -> str:
+        return f"({self.cond}) ? *reinterpret_cast<const {self.typ}*>({self.addr}) : {ZERO[self.typ]}"
+
+
 class MMALowering(_Lowering):
     def __init__(self, program, schedule, divisors, vector_buffers, spec: ProjectionSpec):
         super().__init__(program, schedule, divisors, vector_buffers)
         self.spec = spec
-        self.pipeline = mma_pipeline()
-        # (variable, type, zero, load expression, column set-up lines) of each prefetched load
-        self.prefetched: list[tuple[str, str, str, str, list[str]]] = []
+        bucket = schedule.BM
+        self.batch = mma_setting("batch", bucket)
+        self.prefetch = mma_setting("prefetch", bucket) == 1
+        self.stages = mma_setting("stages", bucket)
+        # cp.async moves 4, 8 or 16 bytes: 16-bit scales go as aligned pairs, which
+        # needs an even number of groups per row (K a multiple of 2 groups)
+        w0 = spec.weights[0]
+        if w0.quantized and spec.k_divisor % (2 * w0.group_size) and w0.dtype != "f32":
+            self.stages = 0
+        self.scale_pairs = self.stages > 0 and w0.quantized and w0.dtype != "f32"
+        self.dynamic_shared = 0  # bytes of the cp.async ring (async_loop)
+        self.tiles = schedule.BN // TILE
+        self.rt = schedule.BM // 8  # row tiles of 8
+        self.ck = chunk_k(spec)
+        self.quarter = self.ck // 4  # k per lane per chunk
+        self.slices = self.quarter // 8  # 16-byte slices of x per lane per chunk
+        w = spec.weights[0]
+        self.words = self.quarter * w.bits // 32 if w.quantized else 0  # packed words per lane and column
 
-    def lower(self) -> KernelDef:
-        s, spec = self.s, self.spec
-        body: list = []
-        root = _Scope(body)
-        order = self.prologue(body, root)
-        nacc = len(order)
-        if nacc != (2 if spec.epilogue == "swiglu" else 1):
-            raise LowerError(f"{self.p.name}: unexpected accumulators for the mma schedule")
-        rt = s.BM // 8  # row tiles of 8
+    # -- the weights feeding each accumulator ---------------------------------
+    def members(self, j: int) -> list[int]:
+        """SwiGLU's gate or up, one projection, or a concatenation."""
+        spec = self.spec
+        return [j] if spec.epilogue == "swiglu" or len(spec.weights) == 1 else list(range(len(spec.weights)))
+
+    def column_setup(self, nacc: int) -> list[str]:
+        """Per tile and half (columns g and g+8): the column, and per member weight
+        its local column and whether this lane's column lies in it."""
+        lines = []
+        for tile in range(self.tiles):
+            for h in "ab":
+                col = f"n{tile}{h}"
+                lines.append(f"const int {col} = pid0 * {self.s.BN} + {TILE * tile} + g{' + 8' if h == 'b' else ''};")
+        seen: set[int] = set()
+        for j in range(nacc):
+            members = self.members(j)
+            for tile in range(self.tiles):
+                for h in "ab":
+                    col, base = f"n{tile}{h}", "0"
+                    for i in members:
+                        if (i, tile, h) in seen:
+                            continue
+                        seen.add((i, tile, h))
+                        if len(members) == 1:
+                            lines.append(f"const bool ok{tile}{h}_{i} = {col} < N{i};")
+                            lines.append(f"const int {col}_{i} = {col};")
+                        else:
+                            lines.append(f"const int {col}_{i} = {col} - ({base});")
+                            lines.append(f"const bool ok{tile}{h}_{i} = {col}_{i} >= 0 && {col}_{i} < N{i};")
+                        base = f"{base} + N{i}"
+        return lines
+
+    def select(self, j: int, tile: int, h: str, addr, live: str | None) -> tuple[str, str]:
+        """(condition, address) of a load from the member weight this lane's
+        column belongs to; the condition is false outside every member."""
+        members = self.members(j)
+        oks = [f"ok{tile}{h}_{i}" for i in members]
+        cond = oks[0] if len(oks) == 1 else "(" + " || ".join(oks) + ")"
+        at = addr(members[-1], f"n{tile}{h}_{members[-1]}")
+        for i in reversed(members[:-1]):
+            at = f"(ok{tile}{h}_{i} ? {addr(i, f'n{tile}{h}_{i}')} : {at})"
+        return (cond if live is None else f"{live} && {cond}"), at
+
+    # -- one chunk's loads ------------------------------------------------------
+    def chunk_loads(self, b: int, ch: str, live: str | None, nacc: int, tag: str = "") -> list[Load]:
+        """Every load of chunk `ch` (a C expression), zero where its condition is
+        false. With `scale_pairs`, 16-bit scales and biases are loaded as the
+        aligned 32-bit pair holding them (cp.async moves at least 4 bytes)."""
+        spec, ck, quarter = self.spec, self.ck, self.quarter
+        kq = f"({ch}) * {ck} + t * {quarter}"
+        out = []
+        for r in range(self.rt):
+            cond = f"xok{r}" if live is None else f"{live} && xok{r}"
+            for sl in range(self.slices):
+                out.append(Load("uint4", f"xv{r}_{sl}_{b}{tag}", cond, f"x + xrow{r} * K + {kq} + {8 * sl}", True))
+        w = spec.weights[0]
+        for j in range(nacc):
+            for tile in range(self.tiles):
+                for h in "ab":
+                    if not w.quantized:
+
+                        def dense(i, local):
+                            return f"w{i} + {local} * K + {kq}"
+
+                        out.append(Load("uint4", f"w{j}_{tile}{h}_{b}{tag}", *self.select(j, tile, h, dense, live)))
+                        continue
+                    # the lane's words are consecutive and aligned to their count: 4, 8 or 16-byte loads
+                    vec, width = {1: ("unsigned", 1), 2: ("uint2", 2), 4: ("uint4", 4), 8: ("uint4", 4)}[self.words]
+                    for v0 in range(0, self.words, width):
+
+                        def packed(i, local, v0=v0, words_row=f"(K / {32 // w.bits})"):
+                            return f"w{i} + {local} * {words_row} + ({kq}) / {32 // w.bits} + {v0}"
+
+                        name = f"w{j}_{tile}{h}v{v0}_{b}{tag}"
+                        out.append(Load(vec, name, *self.select(j, tile, h, packed, live)))
+                    # scales and biases as raw bits, converted where they are used
+                    typ = "float" if w.dtype == "f32" else ("unsigned" if self.scale_pairs else "unsigned short")
+                    for name, letter in (("scales", "s"), ("biases", "z")):
+
+                        def param(i, local, name=name, typ=typ):
+                            at = f"{local} * (K / {w.group_size}) + ({ch})"
+                            if typ == "unsigned":
+                                return f"reinterpret_cast<const unsigned*>({name}{i}) + (({at}) >> 1)"
+                            return (
+                                f"{name}{i} + {at}"
+                                if typ == "float"
+                                else f"reinterpret_cast<const unsigned short*>({name}{i}) + {at}"
+                            )
+
+                        name_ = f"{letter}{j}_{tile}{h}_{b}{tag}"
+                        out.append(Load(typ, name_, *self.select(j, tile, h, param, live)))
+        return out
+
+    # -- one chunk's math -------------------------------------------------------
+    def chunk_math(self, b: int, nacc: int, mma: str, tag: str = "", ch: str = "") -> list[str]:
+        """The MMAs and the affine scaling of one chunk from its loaded values;
+        `ch` (its index) picks the half of 32-bit scale pairs."""
+        spec, rt = self.spec, self.rt
         act = spec.act_dtype
-        mma = "metile_mma_bf16" if act == "bf16" else "metile_mma_f16"
-        wf = spec.weights[0]
-        ck = chunk_k(spec)
-        self.use_helper("cuda_mma")
-        lines = [
-            "const int warp = threadIdx.x >> 5;",
-            "const int g = (threadIdx.x & 31) >> 2;",
-            "const int t = threadIdx.x & 3;",
-            f"const int chunks = K / {ck};",
-            f"const int per_warp = (chunks + {s.SG - 1}) / {s.SG};",
-            "const int c_begin = warp * per_warp;",
-            "const int c_end = min(chunks, c_begin + per_warp);",
-        ]
-        for j in range(nacc):
-            lines.append(f"float part{j}[{rt}][4] = {{}};")
-        lines.append(f"#pragma unroll {mma_unroll()}")
-        lines.append("for (int ch = c_begin; ch < c_end; ++ch) {")
-        body_lines: list[str] = []
-        # x: 8 values (16 bytes) per word-slice of this lane's quarter, per row tile
-        quarter = ck // 4  # k per lane per chunk
-        words_per_lane = quarter * (wf.bits or 32) // 32 if wf.quantized else 0
-        body_lines.append(f"const int kq = ch * {ck} + t * {quarter};")
-        slices = quarter // 8  # 8-k slices (16 bytes of x) per lane per chunk
+        w = spec.weights[0]
+        out = ["{"]
+        if not w.quantized:
+            for j in range(nacc):
+                for tile in range(self.tiles):
+                    wa, wb = f"w{j}_{tile}a_{b}{tag}", f"w{j}_{tile}b_{b}{tag}"
+                    out.append(f"  float c{j}_{tile}[{rt}][4] = {{}};")
+                    # 8 consecutive k per lane: slots (2t, 2t+1) and (2t+8, 2t+9) take pairs 0,1 then 2,3
+                    for p0, p1 in (("x", "y"), ("z", "w")):
+                        for r in range(rt):
+                            xv = f"xv{r}_0_{b}{tag}"
+                            out.append(
+                                f"  {mma}(c{j}_{tile}[{r}], {wa}.{p0}, {wb}.{p0}, {wa}.{p1}, {wb}.{p1}, {xv}.{p0}, {xv}.{p1});"
+                            )
+                    for r in range(rt):
+                        for e in range(4):
+                            out.append(f"  part{j}[{tile}][{r}][{e}] += c{j}_{tile}[{r}][{e}];")
+            out.append("}")
+            return out
+        # sums of x over the group, rows 2t and 2t+1 of each tile: an MMA with A = ones
+        # (the k order does not matter for a sum, so the x words go in as loaded)
+        one = ONES[act]
         for r in range(rt):
-            body_lines.append(f"const int xrow{r} = pid1 * {s.BM} + {8 * r} + g;")
-            body_lines.append(f"const bool xok{r} = xrow{r} < M;")
-            for sl in range(slices):
-                body_lines.append(
-                    f"const uint4 xv{r}_{sl} = xok{r} ? *reinterpret_cast<const uint4*>(x + xrow{r} * K + kq + {8 * sl}) "
-                    ": make_uint4(0u, 0u, 0u, 0u);"
-                )
-        for j in range(nacc):
-            # the weights feeding accumulator j: SwiGLU's gate or up, one projection, or a concatenation
-            members = [j] if spec.epilogue == "swiglu" or len(spec.weights) == 1 else list(range(len(spec.weights)))
-            body_lines += self.chunk_products(j, members, spec.weights[members[0]], rt, slices, words_per_lane, mma)
-        if self.prefetched:  # the first chunk's weights, loaded before the loop
-            loop_at = lines.index(f"#pragma unroll {mma_unroll()}")
-            pre = [f"{typ} {name};" for name, typ, _, _, _ in self.prefetched]
-            for name, _, zero, load, setup in self.prefetched:
-                pre.append("{")
-                pre += setup
-                pre.append(f"  const int kq = c_begin * {ck} + t * {quarter};")
-                pre.append(f"  {name} = c_begin < c_end ? ({load}) : {zero};")
-                pre.append("}")
-            lines[loop_at:loop_at] = pre
-        lines += ["  " + ln for ln in body_lines]
-        lines.append("}")
-        body.append(Raw(lines))
-
-        # warps' partial sums, added in warp order; warp 0 finishes
-        body.append(Decl("f32", "red", None, dims=(s.SG, nacc, rt, 4, 32), shared=True))
-        store = []
-        for j in range(nacc):
-            for r in range(rt):
-                for e in range(4):
-                    store.append(f"red[warp][{j}][{r}][{e}][threadIdx.x & 31] = part{j}[{r}][{e}];")
-        body.append(Raw(store))
-        body.append(Barrier())
-        finish = If("warp == 0")
-        fscope = _Scope(finish.body, root, fence=True)
-        sums = []
-        for j in range(nacc):
-            sums.append(f"float fin{j}[{rt}][4];")
-            for r in range(rt):
-                for e in range(4):
-                    terms = " + ".join(f"red[{w}][{j}][{r}][{e}][threadIdx.x & 31]" for w in range(1, s.SG))
-                    sums.append(
-                        f"fin{j}[{r}][{e}] = "
-                        + " + ".join([f"red[0][{j}][{r}][{e}][threadIdx.x & 31]"] + ([terms] if terms else []))
-                        + ";"
-                    )
-        finish.body.append(Raw(sums))
+            out.append(f"  float cx{r}[4] = {{}};")
+            for sl in range(self.slices):
+                xv = f"xv{r}_{sl}_{b}{tag}"
+                out.append(f"  {mma}(cx{r}, {one}, {one}, {one}, {one}, {xv}.x, {xv}.y);")
+                out.append(f"  {mma}(cx{r}, {one}, {one}, {one}, {one}, {xv}.z, {xv}.w);")
+        # B registers, shared by every tile and weight: per word and pair slot
+        k_per_word = 32 // w.bits
+        pairs = 4 if w.bits == 4 else 2
         for r in range(rt):
-            for e in range(4):
-                row = Poly.sym("t") * 2 + (8 * r + (e & 1))
-                col = Poly.sym("g") + 8 * (e >> 1)
-                self.render_stores(finish.body, fscope, row, col, lambda j, r=r, e=e: f"fin{j}[{r}][{e}]")
-        body.append(finish)
-        return self.kernel(body)
-
-    def chunk_products(
-        self, j: int, members: list[int], w, rt: int, slices: int, words_per_lane: int, mma: str
-    ) -> list[str]:
-        """One chunk of accumulator j: loads, unpacking, MMAs and the group's scale.
-        Several members (a concatenation) share the format; each lane loads from
-        the member its column belongs to."""
-        out: list[str] = [f"{{  // weight {j}" if len(members) == 1 else f"{{  // weights {members}"]
-        cols = ("n0a", "n0b")
-        out.append(f"  const int n0a = pid0 * {COLUMNS} + g, n0b = n0a + 8;")
-        if len(members) == 1:
-            n = f"N{j}"
-            out.append(f"  const bool oka = n0a < {n}, okb = n0b < {n};")
-        else:
-            for half, col in zip(("a", "b"), cols):
-                base = "0"
-                for i in members:
-                    out.append(f"  const int {col}_{i} = {col} - ({base});")
-                    out.append(f"  const bool ok{half}_{i} = {col}_{i} >= 0 && {col}_{i} < N{i};")
-                    base = f"{base} + N{i}"
-
-        def select(half: str, col: str, expr, zero: str) -> str:
-            if len(members) == 1:
-                return f"ok{half} ? {expr(members[0], col)} : {zero}"
-            chain = zero
-            for i in reversed(members):
-                chain = f"(ok{half}_{i} ? {expr(i, f'{col}_{i}')} : {chain})"
-            return chain
-
-        setup = list(out[1:])
-        ck = chunk_k(self.spec)
-
-        def weight_load(name: str, typ: str, load: str, zero: str) -> None:
-            if not self.pipeline:
-                out.append(f"  const {typ} {name} = {load};")
-                return
-            ahead = f"w{j}{name}_n"  # this chunk's value, loaded one iteration earlier
-            out.append(f"  const {typ} {name} = {ahead};")
-            out.append(
-                f"  {{ const int kq = (ch + 1) * {ck} + t * {ck // 4}; {ahead} = ch + 1 < c_end ? ({load}) : {zero}; }}"
-            )
-            self.prefetched.append((ahead, typ, zero, load, setup))
-
-        out.append(f"  float c[{rt}][4] = {{}};")
-        if w.quantized:
-            words_row = f"(K / {32 // w.bits})"
-            # the lane's words are consecutive and aligned to their count: 4, 8 or 16-byte loads
-            vec = {1: ("unsigned", 1), 2: ("uint2", 2), 4: ("uint4", 4), 8: ("uint4", 4)}[words_per_lane]
-            for half, col in zip(("a", "b"), cols):
-                for v0 in range(0, words_per_lane, vec[1]):
-                    zero = {"unsigned": "0u", "uint2": "make_uint2(0u, 0u)", "uint4": "make_uint4(0u, 0u, 0u, 0u)"}
-
-                    def load(i, local, v0=v0):
-                        at = f"w{i} + {local} * {words_row} + kq / {32 // w.bits} + {v0}"
-                        return f"*reinterpret_cast<const {vec[0]}*>({at})"
-
-                    weight_load(f"w{half}v{v0}", vec[0], select(half, col, load, zero[vec[0]]), zero[vec[0]])
-                    for i in range(vec[1]):
-                        comp = "" if vec[1] == 1 else "." + "xyzw"[i]
-                        out.append(f"  const unsigned w{half}{v0 + i} = w{half}v{v0}{comp};")
-            # per word: int4 -> 8 k (2 MMAs of 4 slots per row); int8 -> 4 k (1 MMA)
-            k_per_word = 32 // w.bits
-            for i in range(words_per_lane):
+            for i in range(self.words):
                 sl, off = divmod(i * k_per_word, 8)  # which 16-byte x slice, and where in it
-                pairs = 4 if w.bits == 4 else 2
                 for p in range(0, pairs, 2):
-                    # A regs: (row g, slots 2t..), (row g+8, slots 2t..), (row g, slots 2t+8..), (row g+8, ...)
-                    a = [f"metile_q{w.bits}_{self.spec.act_dtype}(w{h}{i}, {q})" for q in (p, p + 1) for h in "ab"]
-                    bs = []
-                    for r in range(rt):
-                        bs.append(self.x_pairs(r, sl, off, w.bits, p))
-                    for r in range(rt):
-                        b0, b1 = bs[r]
-                        out.append(f"  {mma}(c[{r}], {a[0]}, {a[1]}, {a[2]}, {a[3]}, {b0}, {b1});")
-            groups = f"(K / {w.group_size})"
-            sdt = "__bfloat162float" if w.dtype == "bf16" else ("__half2float" if w.dtype == "f16" else "")
-            for half, col in zip(("a", "b"), cols):
-                for name in ("scales", "biases"):
-
-                    def param(i, local, name=name):
-                        return f"{sdt}({name}{i}[{local} * {groups} + ch])"
-
-                    out.append(f"  const float {name[0]}{half} = {select(half, col, param, '0.0f')};")
-            # sum of x over the group for rows 2t, 2t+1 of each tile
-            for r in range(rt):
-                terms = []
-                for sl in range(slices):
-                    for q in range(4):
-                        terms.append(f"metile_pair_sum_{self.spec.act_dtype}(xv{r}_{sl}.{'xyzw'[q]})")
-                out.append(f"  float xs{r} = {' + '.join(terms)};")
-                out.append(f"  xs{r} += __shfl_xor_sync(0xffffffffu, xs{r}, 1);")
-                out.append(f"  xs{r} += __shfl_xor_sync(0xffffffffu, xs{r}, 2);")
-                out.append(f"  const float xs{r}_0 = __shfl_sync(0xffffffffu, xs{r}, 8 * t);")
-                out.append(f"  const float xs{r}_1 = __shfl_sync(0xffffffffu, xs{r}, 8 * t + 4);")
-                for e in range(4):
-                    half = "a" if e < 2 else "b"
-                    out.append(
-                        f"  part{j}[{r}][{e}] = fmaf(s{half}, c[{r}][{e}], fmaf(b{half}, xs{r}_{e & 1}, part{j}[{r}][{e}]));"
-                    )
-        else:
-            for half, col in zip(("a", "b"), cols):
-
-                def dense(i, local):
-                    return f"*reinterpret_cast<const uint4*>(w{i} + {local} * K + kq)"
-
-                zero4 = "make_uint4(0u, 0u, 0u, 0u)"
-                weight_load(f"w{half}", "uint4", select(half, col, dense, zero4), zero4)
-            # 8 consecutive k per lane: slots (2t, 2t+1) and (2t+8, 2t+9) take pairs 0,1 then 2,3
-            for p0, p1 in (("x", "y"), ("z", "w")):
+                    b0, b1 = self.x_pairs(f"xv{r}_{sl}_{b}{tag}", off, w.bits, p)
+                    out.append(f"  const unsigned xb{r}_{i}_{p}_0 = {b0}, xb{r}_{i}_{p}_1 = {b1};")
+        width = {1: 1, 2: 2, 4: 4, 8: 4}[self.words]
+        to_float = {"bf16": "__uint_as_float((unsigned){} << 16)", "f16": "__half2float(__ushort_as_half({}))"}
+        if self.scale_pairs:  # the pair's half: groups per row is even, so the chunk's parity picks it
+            to_float = {
+                "bf16": f"__uint_as_float((({ch}) & 1) ? ({{}} & 0xFFFF0000u) : ({{}} << 16))",
+                "f16": f"__half2float(__ushort_as_half((unsigned short)((({ch}) & 1) ? ({{}} >> 16) : {{}})))",
+            }
+        conv = to_float.get(w.dtype, "{}")
+        for j in range(nacc):
+            for tile in range(self.tiles):
+                c = f"c{j}_{tile}"
+                out.append(f"  float {c}[{rt}][4] = {{}};")
+                for h in "ab":
+                    for i in range(self.words):
+                        v0 = i - i % width
+                        comp = "" if width == 1 else "." + "xyzw"[i - v0]
+                        out.append(f"  const unsigned w{h}{j}_{tile}_{i} = w{j}_{tile}{h}v{v0}_{b}{tag}{comp};")
+                # per word: int4 -> 8 k (2 MMAs of 4 slots per row); int8 -> 4 k (1 MMA)
+                for i in range(self.words):
+                    for p in range(0, pairs, 2):
+                        # A regs: (row g, slots 2t..), (row g+8, slots 2t..), (row g, slots 2t+8..), (row g+8, ...)
+                        a = [f"metile_q{w.bits}_{act}(w{h}{j}_{tile}_{i}, {q})" for q in (p, p + 1) for h in "ab"]
+                        for r in range(rt):
+                            out.append(f"  {mma}({c}[{r}], {', '.join(a)}, xb{r}_{i}_{p}_0, xb{r}_{i}_{p}_1);")
+                for h in "ab":
+                    sv, zv = f"s{j}_{tile}{h}_{b}{tag}", f"z{j}_{tile}{h}_{b}{tag}"
+                    out.append(f"  const float sc{j}_{tile}{h} = {conv.format(sv, sv)};")
+                    out.append(f"  const float bi{j}_{tile}{h} = {conv.format(zv, zv)};")
                 for r in range(rt):
-                    out.append(f"  {mma}(c[{r}], wa.{p0}, wb.{p0}, wa.{p1}, wb.{p1}, xv{r}_0.{p0}, xv{r}_0.{p1});")
-            for r in range(rt):
-                for e in range(4):
-                    out.append(f"  part{j}[{r}][{e}] += c[{r}][{e}];")
+                    for e in range(4):
+                        h = f"{j}_{tile}{'a' if e < 2 else 'b'}"
+                        acc = f"part{j}[{tile}][{r}][{e}]"
+                        out.append(f"  {acc} = fmaf(sc{h}, {c}[{r}][{e}], fmaf(bi{h}, cx{r}[{e & 1}], {acc}));")
         out.append("}")
         return out
 
-    def x_pairs(self, r: int, sl: int, off: int, bits: int, p: int) -> tuple[str, str]:
+    def x_pairs(self, v: str, off: int, bits: int, p: int) -> tuple[str, str]:
         """B registers for pair slots p, p+1 of a word whose k start at `off`
-        inside x slice `sl`: the x values at the same k the A pairs hold."""
-        v = f"xv{r}_{sl}"
+        inside x slice `v`: the x values at the same k the A pairs hold."""
         comps = "xyzw"
         # a pair holds the values `gap` apart in the word (nibbles q, q+4; bytes q, q+2):
         # x[off + q] and x[off + q + gap], both low or both high halves of their u32
@@ -331,6 +364,176 @@ class MMALowering(_Lowering):
             return f"__byte_perm({v}.{lo}, {v}.{hi}, {sel})"
 
         return pair(p), pair(p + 1)
+
+    # -- the K loop ---------------------------------------------------------------
+    def register_loop(self, nacc: int, mma: str) -> list[str]:
+        """Loads into registers: a batch's loads together, with `prefetch` one
+        batch ahead in two buffers used in turn (no copies, so no reason to
+        sink a load below the math)."""
+        batch, lines, loop = self.batch, [], []
+
+        def live(ch: str) -> str:
+            return f"{ch} < c_end"
+
+        if self.prefetch:
+            step = 2 * batch
+            for p in range(2):
+                for b in range(batch):
+                    for ld in self.chunk_loads(
+                        b, f"c_begin + {p * batch + b}", live(f"c_begin + {p * batch + b}"), nacc, f"_p{p}"
+                    ):
+                        lines.append(f"{ld.typ} {ld.name} = {ld.value()};")
+            for p in range(2):
+                for b in range(batch):
+                    loop += self.chunk_math(b, nacc, mma, f"_p{p}", f"ch0 + {p * batch + b}")
+                for b in range(batch):
+                    ch = f"ch0 + {step + p * batch + b}"
+                    loop += [f"{ld.name} = {ld.value()};" for ld in self.chunk_loads(b, ch, live(ch), nacc, f"_p{p}")]
+        else:
+            step = batch
+            for b in range(batch):
+                ch = f"ch0 + {b}"
+                for ld in self.chunk_loads(b, ch, None if b == 0 else live(ch), nacc):
+                    loop.append(f"const {ld.typ} {ld.name} = {ld.value()};")
+            for b in range(batch):
+                loop += self.chunk_math(b, nacc, mma, "", f"ch0 + {b}")
+        return (
+            [*lines, "#pragma unroll 1", f"for (int ch0 = c_begin; ch0 < c_end; ch0 += {step}) {{"]
+            + ["  " + ln for ln in loop]
+            + ["}"]
+        )
+
+    def stage_layout(self, nacc: int) -> tuple[list[int], int]:
+        """Byte offset of each load of a stage (a batch) in a warp's ring, and
+        the stage's size: each load is an array over the 32 lanes, so a lane
+        reads back the 4/8/16 bytes it copied with one conflict-free access."""
+        offsets, at = [], 0
+        for b in range(self.batch):
+            for ld in self.chunk_loads(b, "0", None, nacc):
+                offsets.append(at)
+                at += 32 * ld.size
+        return offsets, at
+
+    def async_loop(self, nacc: int, mma: str) -> list[str]:
+        """cp.async into a per-warp ring of `stages` batches: each lane copies
+        the bytes it will read itself (lane-private, so no barrier), issued
+        stages-1 batches ahead of the math; predicated-off copies zero-fill."""
+        S, batch = self.stages, self.batch
+        offsets, stage = self.stage_layout(nacc)
+        self.dynamic_shared = self.s.SG * S * stage
+        lines = [
+            f"unsigned char* const ring = metile_ring + warp * {S * stage};",
+            "const int lane_ = threadIdx.x & 31;",
+        ]
+
+        def issue(first: str, base: str) -> list[str]:
+            out, n = [], 0
+            for b in range(batch):
+                ch = f"{first} + {b}"
+                for ld in self.chunk_loads(b, ch, f"{ch} < c_end", nacc):
+                    kind = "ca" if ld.shared or ld.size < 16 else "cg"
+                    dst = f"{base} + {offsets[n]} + lane_ * {ld.size}"
+                    out.append(f"metile_cp_async_{kind}{ld.size}({dst}, {ld.addr}, {ld.cond});")
+                    n += 1
+            return out + ["metile_cp_async_commit();"]
+
+        for st in range(S - 1):
+            lines += issue(f"c_begin + {st * batch}", f"ring + {st * stage}")
+        lines += [f"int rd = 0, wr = {(S - 1) * stage};", "#pragma unroll 1"]
+        lines.append(f"for (int ch0 = c_begin; ch0 < c_end; ch0 += {batch}) {{")
+        loop = issue(f"ch0 + {(S - 1) * batch}", "ring + wr")
+        loop.append(f"metile_cp_async_wait<{S - 1}>();")
+        n = 0
+        for b in range(batch):
+            for ld in self.chunk_loads(b, "0", None, nacc):
+                at = f"ring + rd + {offsets[n]} + lane_ * {ld.size}"
+                loop.append(f"const {ld.typ} {ld.name} = *reinterpret_cast<const {ld.typ}*>({at});")
+                n += 1
+        for b in range(batch):
+            loop += self.chunk_math(b, nacc, mma, "", f"ch0 + {b}")
+        loop.append(f"rd = rd == {(S - 1) * stage} ? 0 : rd + {stage};")
+        loop.append(f"wr = wr == {(S - 1) * stage} ? 0 : wr + {stage};")
+        lines += ["  " + ln for ln in loop] + ["}", "metile_cp_async_wait<0>();"]
+        return lines
+
+    # -- the kernel -------------------------------------------------------------
+    def lower(self) -> KernelDef:
+        s, spec = self.s, self.spec
+        body: list = []
+        root = _Scope(body)
+        order = self.prologue(body, root)
+        nacc = len(order)
+        if nacc != (2 if spec.epilogue == "swiglu" else 1):
+            raise LowerError(f"{self.p.name}: unexpected accumulators for the mma schedule")
+        rt, tiles = self.rt, self.tiles
+        mma = "metile_mma_bf16" if spec.act_dtype == "bf16" else "metile_mma_f16"
+        self.use_helper("cuda_mma")
+        lines = [
+            "const int warp = threadIdx.x >> 5;",
+            "const int g = (threadIdx.x & 31) >> 2;",
+            "const int t = threadIdx.x & 3;",
+            f"const int chunks = K / {self.ck};",
+            f"const int per_warp = (chunks + {s.SG - 1}) / {s.SG};",
+            "const int c_begin = warp * per_warp;",
+            "const int c_end = min(chunks, c_begin + per_warp);",
+        ]
+        for r in range(rt):
+            lines.append(f"const int xrow{r} = pid1 * {s.BM} + {8 * r} + g;")
+            lines.append(f"const bool xok{r} = xrow{r} < M;")
+        lines += self.column_setup(nacc)
+        for j in range(nacc):
+            lines.append(f"float part{j}[{tiles}][{rt}][4] = {{}};")
+
+        def live(ch: str, known: bool) -> str | None:
+            return None if known else f"{ch} < c_end"
+
+        red_bytes = s.SG * nacc * tiles * rt * 4 * 32 * 4
+        while self.stages > 2 and s.SG * self.stages * self.stage_layout(nacc)[1] + red_bytes > RING_LIMIT:
+            self.stages -= 1
+        if self.stages and s.SG * self.stages * self.stage_layout(nacc)[1] + red_bytes > RING_LIMIT:
+            self.stages, self.scale_pairs = 0, False  # too large even at 2 stages: registers
+        if self.stages:
+            body.append(Raw(["extern __shared__ __align__(16) unsigned char metile_ring[];"]))
+            lines += self.async_loop(nacc, mma)
+        else:
+            lines += self.register_loop(nacc, mma)
+        body.append(Raw(lines))
+
+        # warps' partial sums, added in warp order; warp 0 finishes
+        body.append(Decl("f32", "red", None, dims=(s.SG, nacc, tiles, rt, 4, 32), shared=True))
+        store = []
+        for j in range(nacc):
+            for tile in range(tiles):
+                for r in range(rt):
+                    for e in range(4):
+                        store.append(f"red[warp][{j}][{tile}][{r}][{e}][threadIdx.x & 31] = part{j}[{tile}][{r}][{e}];")
+        body.append(Raw(store))
+        body.append(Barrier())
+        finish = If("warp == 0")
+        fscope = _Scope(finish.body, root, fence=True)
+        sums = []
+        for j in range(nacc):
+            sums.append(f"float fin{j}[{tiles}][{rt}][4];")
+            for tile in range(tiles):
+                for r in range(rt):
+                    for e in range(4):
+                        at = f"[{j}][{tile}][{r}][{e}][threadIdx.x & 31]"
+                        sums.append(
+                            f"fin{j}[{tile}][{r}][{e}] = " + " + ".join(f"red[{w}]{at}" for w in range(s.SG)) + ";"
+                        )
+        finish.body.append(Raw(sums))
+        for tile in range(tiles):
+            for r in range(rt):
+                for e in range(4):
+                    row = Poly.sym("t") * 2 + (8 * r + (e & 1))
+                    col = Poly.sym("g") + (TILE * tile + 8 * (e >> 1))
+                    self.render_stores(
+                        finish.body, fscope, row, col, lambda j, tile=tile, r=r, e=e: f"fin{j}[{tile}][{r}][{e}]"
+                    )
+        body.append(finish)
+        kernel = self.kernel(body)
+        kernel.dynamic_shared = self.dynamic_shared
+        return kernel
 
 
 def lower_mma(program, schedule, divisors, vector_buffers, spec: ProjectionSpec) -> KernelDef:

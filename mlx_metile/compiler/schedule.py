@@ -125,11 +125,13 @@ def choose(
     chunk; then rows 1..32 take the `mma` schedule."""
     vk = k_per_lane(weight_bits, group_sizes, weight_dtypes)
     if mma_chunk and rows <= MAX_ROWS_PER_PROGRAM:
-        # W warps splitting K over 16 columns; 8-row tiles of x (so 1..8 rows share one kernel)
-        from .lower_mma import COLUMNS, mma_warps
+        # W warps splitting K over T tiles of 16 columns; 8-row tiles of x (so 1..8 rows share one kernel)
+        from .lower_mma import TILE, mma_shape
 
-        warps = mma_warps()
-        return Schedule("mma", BM=max(8, row_bucket(rows)), NC=COLUMNS // warps, SG=warps, VK=mma_chunk // 32, U=1, C=1)
+        bm = max(8, row_bucket(rows))
+        warps, tiles = mma_shape(bm, accumulators)
+        nc = TILE * tiles // warps
+        return Schedule("mma", BM=bm, NC=nc, SG=warps, VK=mma_chunk // 32, U=1, C=1)
     if rows > MAX_ROWS_PER_PROGRAM:
         # 256 threads as 16 x 16, each 4 rows x 2 columns of a 64 x 32 tile
         return Schedule("tiled", BM=TILED_BUCKET, NC=4, SG=8, VK=vk, U=1, C=1, TM=4, TN=2, S=min(vk, 32))

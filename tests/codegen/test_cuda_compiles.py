@@ -32,6 +32,9 @@ def _specs():
         yield ProjectionSpec(act, tuple(WeightFormat(act) for _ in range(n)), epi)
     yield ProjectionSpec("bf16", tuple(WeightFormat("bf16", 4, 64, True, "bf16") for _ in range(3)), k_multiple=64)
     yield ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64),), None, True, k_multiple=64)
+    # an even number of groups per row: the mma schedule's cp.async mainloop (4-byte scale pairs)
+    for act, (bits, group) in itertools.product(["f16", "bf16"], [(4, 64), (8, 128)]):
+        yield ProjectionSpec(act, (WeightFormat(act, bits, group),), k_multiple=256)
 
 
 SPECS = list(_specs())
@@ -59,7 +62,6 @@ def test_opt_in_tensor_core_variants_compile(monkeypatch):
     monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", "1")
     monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
     compile_projection.cache_clear()
-    pipelined = ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64), WeightFormat("bf16", 4, 64)), "swiglu")
     specs = [
         ProjectionSpec("bf16", tuple(WeightFormat("bf16", 4, 64, True, "bf16") for _ in range(3)), k_multiple=64),
         ProjectionSpec("f16", tuple(WeightFormat("f16", 8, 32) for _ in range(2)), "gelu", k_multiple=64),
@@ -72,12 +74,49 @@ def test_opt_in_tensor_core_variants_compile(monkeypatch):
                 art = compile_projection(spec, bucket, "cuda")
                 assert art.schedule.kind == "mma", spec.name()
                 assert ptx(art, "sm_90")[:4] == b"\x7fELF"
-        # the register double-buffered mainloop, for every weight kind
-        monkeypatch.setenv("MLX_METILE_CUDA_MMA_PIPELINE", "1")
-        for spec in [pipelined, *specs]:
-            compile_projection.cache_clear()
-            art = compile_projection(spec, 4, "cuda")
-            assert "_n = ch + 1 < c_end" in art.source
-            assert ptx(art, "sm_90")[:4] == b"\x7fELF"
+    finally:
+        compile_projection.cache_clear()
+
+
+MAINLOOPS = [  # (settings, whether the kernels use the cp.async ring)
+    ({"STAGES": "0", "BATCH": "1", "PREFETCH": "0"}, False),
+    ({"STAGES": "0", "BATCH": "2", "PREFETCH": "1"}, False),
+    ({"STAGES": "4", "BATCH": "1"}, True),
+    ({"STAGES": "2", "BATCH": "2", "TILES": "2", "WARPS": "4"}, True),
+    ({"STAGES": "8", "TILES": "2", "WARPS": "2"}, True),
+    # a ring over the shared-memory limit even at 2 stages: registers instead
+    ({"STAGES": "8", "BATCH": "8", "TILES": "4", "WARPS": "16"}, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("knobs", "ring"),
+    MAINLOOPS,
+    ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()) if isinstance(k, dict) else f"ring={k}",
+)
+def test_mma_mainloop_variants_compile(monkeypatch, knobs, ring):
+    """Every tuning setting of the tensor-core mainloop (registers or cp.async
+    ring, batches, prefetch, tiles, warps) compiles, for each weight kind."""
+    for name, value in knobs.items():
+        monkeypatch.setenv(f"MLX_METILE_CUDA_MMA_{name}", value)
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_FUSED", "1")
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", "1")
+    q4, q8 = WeightFormat("bf16", 4, 64), WeightFormat("f16", 8, 32)
+    specs = [
+        ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256),
+        ProjectionSpec("f16", (q8,), None, True, k_multiple=64),
+        ProjectionSpec("bf16", (q4, q4, q4), k_multiple=256),
+        ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=64),
+    ]
+    compile_projection.cache_clear()
+    try:
+        for spec in specs:
+            for bucket in (1, 32):
+                art = compile_projection(spec, bucket, "cuda")
+                assert art.schedule.kind == "mma", spec.name()
+                uses_ring = "metile_cp_async_commit();" in art.source
+                assert uses_ring == (art.dynamic_shared > 0)
+                assert uses_ring == ring, spec.name()
+                assert ptx(art, "sm_90")[:4] == b"\x7fELF"
     finally:
         compile_projection.cache_clear()
