@@ -369,7 +369,6 @@ def _launch_cuda(artifact, inputs, scalars, rows, cols, out_ns, out_dtype, strea
         scalars=[scalars[name] for kind, name in _binding_template(artifact) if kind == 2],
         grid=(gx * tx, gy * ty, gz * tz),
         threadgroup=(tx, ty, tz),
-        shared_memory=artifact.dynamic_shared,
         ensure_row_contiguous=True,
         stream=stream,
     )

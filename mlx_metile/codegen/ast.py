@@ -78,4 +78,3 @@ class KernelDef:
     helpers: list[str]  # names of preamble helpers used (e.g. "erf", "silu")
     threads_per_group: int
     notes: list[str] = field(default_factory=list)  # schedule summary for the header comment
-    dynamic_shared: int = 0  # bytes of dynamic shared memory (CUDA launches request it)

@@ -51,29 +51,6 @@ __device__ __forceinline__ unsigned metile_q8_f16(unsigned w, int q) {
   const unsigned v = ((w >> (8 * q)) & 0x00FF00FFu) | 0x64006400u;
   __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&v), __floats2half2_rn(1024.0f, 1024.0f));
   return *reinterpret_cast<const unsigned*>(&h);
-}
-// cp.async of 4, 8 or 16 bytes into shared memory; src-size 0 (pred false) zero-fills
-// without reading. .ca keeps the line in L1 (x, read by many blocks), .cg bypasses it.
-__device__ __forceinline__ void metile_cp_async_ca4(unsigned char* dst, const void* src, bool pred) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
-               :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(pred ? 4 : 0) : "memory");
-}
-__device__ __forceinline__ void metile_cp_async_ca8(unsigned char* dst, const void* src, bool pred) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;"
-               :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(pred ? 8 : 0) : "memory");
-}
-__device__ __forceinline__ void metile_cp_async_ca16(unsigned char* dst, const void* src, bool pred) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;"
-               :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(pred ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void metile_cp_async_cg16(unsigned char* dst, const void* src, bool pred) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-               :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(pred ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void metile_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void metile_cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
 }"""
 
 

@@ -17,17 +17,19 @@ of the group; the k order inside a chunk is free (A and B use the same one),
 and is chosen so that a packed word unpacks into register pairs with two bit
 operations (nibbles j and j+4 of a word form one bf16x2/f16x2 pair).
 
-Loads: the x slices, packed words, scales and biases of `batch` chunks are
-issued together and, with `prefetch`, one batch ahead of the math that uses
-them (register double-buffering), so that a warp has several chunks of loads
-in flight instead of waiting for each (ptxas otherwise sinks later loads of a
-chunk behind its first products - seen in the H200 profile of 2026-11-29).
+Loads: a batch of `batch` chunks is loaded together; with a batch of 2, 4 or 8
+and an even split of groups, each column's scales and biases for the batch
+come in one 4, 8 or 16-byte load. The H200 profile (2026-11-29) showed the
+kernel bound by L1 wavefronts: every warp-wide load touches one line per
+column (16), so a 2-byte scale load cost as much as a weight load.
+(A cp.async ring per warp, and register double-buffering one batch ahead, were
+tried and measured slower: bench/results/h200-sweep-mma2-2026-11-29.json.)
 
 The W warps' partial sums are added in warp order through shared memory, and
 warp 0 runs the program's epilogue (bias, SwiGLU, residual, ...) through the
 generic element rendering. A row's value depends only on its own x row, the
 fixed K split and the fixed order, so row invariance holds for 1..32 rows;
-batch, prefetch and tiles change where loads are issued, not the order of any sum.
+batch and tiles change where loads are issued, not the order of any sum.
 
 Accepted: bf16 or f16 activations; a single projection, SwiGLU's gate and up,
 or (opt-in, see fused_mma) weights concatenated into one accumulator, all of
@@ -47,24 +49,17 @@ from .poly import Poly
 
 TILE = 16  # output columns per m16 tile
 SMEM_LIMIT = 48 * 1024  # static shared memory of one block (the warps' partial sums)
-RING_LIMIT = 160 * 1024  # shared memory of one block: ring + partial sums (an SM has 227 KB)
 MAX_PARTIALS = 8  # accumulator tiles (x 4 floats) one lane may hold: tiles x row tiles x weights
 
-# Per row bucket (8, 16, 32 rows): warps splitting K, chunks per load batch,
-# prefetch (0/1) and 16-column tiles per block. Overridable for tuning runs
-# with MLX_METILE_CUDA_MMA_{WARPS,BATCH,PREFETCH,TILES}.
+# Per row bucket (8, 16, 32 rows): warps splitting K, chunks per load batch and
+# 16-column tiles per block. Overridable for tuning runs with
+# MLX_METILE_CUDA_MMA_{WARPS,BATCH,TILES}.
 DEFAULTS = {
-    8: {"warps": 8, "batch": 1, "prefetch": 0, "tiles": 1, "stages": 4},
-    16: {"warps": 8, "batch": 1, "prefetch": 0, "tiles": 1, "stages": 4},
-    32: {"warps": 8, "batch": 1, "prefetch": 0, "tiles": 1, "stages": 4},
+    8: {"warps": 8, "batch": 4, "tiles": 1},
+    16: {"warps": 8, "batch": 4, "tiles": 1},
+    32: {"warps": 8, "batch": 2, "tiles": 1},
 }
-ALLOWED = {
-    "warps": (1, 2, 4, 8, 16),
-    "batch": (1, 2, 3, 4, 6, 8),
-    "prefetch": (0, 1),
-    "tiles": (1, 2, 4),
-    "stages": (0, 2, 3, 4, 6, 8),
-}
+ALLOWED = {"warps": (1, 2, 4, 8, 16), "batch": (1, 2, 4, 8), "tiles": (1, 2, 4)}
 
 
 def mma_setting(name: str, rows_bucket: int) -> int:
@@ -144,11 +139,6 @@ class Load:
     name: str
     cond: str
     addr: str
-    shared: bool = False  # read by many blocks (x): kept in L1
-
-    @property
-    def size(self) -> int:
-        return {"uint4": 16, "uint2": 8, "unsigned": 4, "float": 4, "unsigned short": 2}[self.typ]
 
     def value(self) -> str:
         return f"({self.cond}) ? *reinterpret_cast<const {self.typ}*>({self.addr}) : {ZERO[self.typ]}"
@@ -158,17 +148,7 @@ class MMALowering(_Lowering):
     def __init__(self, program, schedule, divisors, vector_buffers, spec: ProjectionSpec):
         super().__init__(program, schedule, divisors, vector_buffers)
         self.spec = spec
-        bucket = schedule.BM
-        self.batch = mma_setting("batch", bucket)
-        self.prefetch = mma_setting("prefetch", bucket) == 1
-        self.stages = mma_setting("stages", bucket)
-        # cp.async moves 4, 8 or 16 bytes: 16-bit scales go as aligned pairs, which
-        # needs an even number of groups per row (K a multiple of 2 groups)
-        w0 = spec.weights[0]
-        if w0.quantized and spec.k_divisor % (2 * w0.group_size) and w0.dtype != "f32":
-            self.stages = 0
-        self.scale_pairs = self.stages > 0 and w0.quantized and w0.dtype != "f32"
-        self.dynamic_shared = 0  # bytes of the cp.async ring (async_loop)
+        self.batch = mma_setting("batch", schedule.BM)
         self.tiles = schedule.BN // TILE
         self.rt = schedule.BM // 8  # row tiles of 8
         self.ck = chunk_k(spec)
@@ -176,6 +156,14 @@ class MMALowering(_Lowering):
         self.slices = self.quarter // 8  # 16-byte slices of x per lane per chunk
         w = spec.weights[0]
         self.words = self.quarter * w.bits // 32 if w.quantized else 0  # packed words per lane and column
+        # a batch's scales (and biases) of one column in one load: when K holds a
+        # whole number of batches of groups, and the 16-bit values fit 4/8/16 bytes
+        self.scale_vector = (
+            w.quantized
+            and w.dtype != "f32"
+            and self.batch in (2, 4, 8)
+            and spec.k_divisor % (self.batch * w.group_size) == 0
+        )
 
     # -- the weights feeding each accumulator ---------------------------------
     def members(self, j: int) -> list[int]:
@@ -223,16 +211,15 @@ class MMALowering(_Lowering):
 
     # -- one chunk's loads ------------------------------------------------------
     def chunk_loads(self, b: int, ch: str, live: str | None, nacc: int, tag: str = "") -> list[Load]:
-        """Every load of chunk `ch` (a C expression), zero where its condition is
-        false. With `scale_pairs`, 16-bit scales and biases are loaded as the
-        aligned 32-bit pair holding them (cp.async moves at least 4 bytes)."""
+        """Every load of chunk `ch` (a C expression) of a batch, zero where its
+        condition is false."""
         spec, ck, quarter = self.spec, self.ck, self.quarter
         kq = f"({ch}) * {ck} + t * {quarter}"
         out = []
         for r in range(self.rt):
             cond = f"xok{r}" if live is None else f"{live} && xok{r}"
             for sl in range(self.slices):
-                out.append(Load("uint4", f"xv{r}_{sl}_{b}{tag}", cond, f"x + xrow{r} * K + {kq} + {8 * sl}", True))
+                out.append(Load("uint4", f"xv{r}_{sl}_{b}{tag}", cond, f"x + xrow{r} * K + {kq} + {8 * sl}"))
         w = spec.weights[0]
         for j in range(nacc):
             for tile in range(self.tiles):
@@ -253,28 +240,30 @@ class MMALowering(_Lowering):
 
                         name = f"w{j}_{tile}{h}v{v0}_{b}{tag}"
                         out.append(Load(vec, name, *self.select(j, tile, h, packed, live)))
-                    # scales and biases as raw bits, converted where they are used
-                    typ = "float" if w.dtype == "f32" else ("unsigned" if self.scale_pairs else "unsigned short")
+                    # scales and biases as raw bits, converted where they are used; with
+                    # scale_vector, chunk 0 of a batch loads the whole batch's
+                    if self.scale_vector and b:
+                        continue
+                    typ = "float" if w.dtype == "f32" else "unsigned short"
+                    if self.scale_vector:
+                        typ = {2: "unsigned", 4: "uint2", 8: "uint4"}[self.batch]
                     for name, letter in (("scales", "s"), ("biases", "z")):
 
                         def param(i, local, name=name, typ=typ):
                             at = f"{local} * (K / {w.group_size}) + ({ch})"
-                            if typ == "unsigned":
-                                return f"reinterpret_cast<const unsigned*>({name}{i}) + (({at}) >> 1)"
-                            return (
-                                f"{name}{i} + {at}"
-                                if typ == "float"
-                                else f"reinterpret_cast<const unsigned short*>({name}{i}) + {at}"
-                            )
+                            if typ == "float":
+                                return f"{name}{i} + {at}"
+                            if typ == "unsigned short":
+                                return f"reinterpret_cast<const unsigned short*>({name}{i}) + {at}"
+                            return f"reinterpret_cast<const {typ}*>(reinterpret_cast<const unsigned short*>({name}{i}) + {at})"
 
                         name_ = f"{letter}{j}_{tile}{h}_{b}{tag}"
                         out.append(Load(typ, name_, *self.select(j, tile, h, param, live)))
         return out
 
     # -- one chunk's math -------------------------------------------------------
-    def chunk_math(self, b: int, nacc: int, mma: str, tag: str = "", ch: str = "") -> list[str]:
-        """The MMAs and the affine scaling of one chunk from its loaded values;
-        `ch` (its index) picks the half of 32-bit scale pairs."""
+    def chunk_math(self, b: int, nacc: int, mma: str, tag: str = "") -> list[str]:
+        """The MMAs and the affine scaling of chunk b of a batch from its loaded values."""
         spec, rt = self.spec, self.rt
         act = spec.act_dtype
         w = spec.weights[0]
@@ -316,10 +305,12 @@ class MMALowering(_Lowering):
                     out.append(f"  const unsigned xb{r}_{i}_{p}_0 = {b0}, xb{r}_{i}_{p}_1 = {b1};")
         width = {1: 1, 2: 2, 4: 4, 8: 4}[self.words]
         to_float = {"bf16": "__uint_as_float((unsigned){} << 16)", "f16": "__half2float(__ushort_as_half({}))"}
-        if self.scale_pairs:  # the pair's half: groups per row is even, so the chunk's parity picks it
+        if self.scale_vector:  # chunk b's 16-bit half of the batch's vector
+            part = "" if self.batch == 2 else "." + "xyzw"[b // 2]
+            bits = f"({{}}{part} >> 16)" if b % 2 else f"({{}}{part} & 0xFFFFu)"
             to_float = {
-                "bf16": f"__uint_as_float((({ch}) & 1) ? ({{}} & 0xFFFF0000u) : ({{}} << 16))",
-                "f16": f"__half2float(__ushort_as_half((unsigned short)((({ch}) & 1) ? ({{}} >> 16) : {{}})))",
+                "bf16": f"__uint_as_float({bits} << 16)",
+                "f16": f"__half2float(__ushort_as_half((unsigned short){bits}))",
             }
         conv = to_float.get(w.dtype, "{}")
         for j in range(nacc):
@@ -339,9 +330,10 @@ class MMALowering(_Lowering):
                         for r in range(rt):
                             out.append(f"  {mma}({c}[{r}], {', '.join(a)}, xb{r}_{i}_{p}_0, xb{r}_{i}_{p}_1);")
                 for h in "ab":
-                    sv, zv = f"s{j}_{tile}{h}_{b}{tag}", f"z{j}_{tile}{h}_{b}{tag}"
-                    out.append(f"  const float sc{j}_{tile}{h} = {conv.format(sv, sv)};")
-                    out.append(f"  const float bi{j}_{tile}{h} = {conv.format(zv, zv)};")
+                    at = 0 if self.scale_vector else b
+                    sv, zv = f"s{j}_{tile}{h}_{at}{tag}", f"z{j}_{tile}{h}_{at}{tag}"
+                    out.append(f"  const float sc{j}_{tile}{h} = {conv.format(sv)};")
+                    out.append(f"  const float bi{j}_{tile}{h} = {conv.format(zv)};")
                 for r in range(rt):
                     for e in range(4):
                         h = f"{j}_{tile}{'a' if e < 2 else 'b'}"
@@ -366,95 +358,22 @@ class MMALowering(_Lowering):
         return pair(p), pair(p + 1)
 
     # -- the K loop ---------------------------------------------------------------
-    def register_loop(self, nacc: int, mma: str) -> list[str]:
-        """Loads into registers: a batch's loads together, with `prefetch` one
-        batch ahead in two buffers used in turn (no copies, so no reason to
-        sink a load below the math)."""
-        batch, lines, loop = self.batch, [], []
-
-        def live(ch: str) -> str:
-            return f"{ch} < c_end"
-
-        if self.prefetch:
-            step = 2 * batch
-            for p in range(2):
-                for b in range(batch):
-                    for ld in self.chunk_loads(
-                        b, f"c_begin + {p * batch + b}", live(f"c_begin + {p * batch + b}"), nacc, f"_p{p}"
-                    ):
-                        lines.append(f"{ld.typ} {ld.name} = {ld.value()};")
-            for p in range(2):
-                for b in range(batch):
-                    loop += self.chunk_math(b, nacc, mma, f"_p{p}", f"ch0 + {p * batch + b}")
-                for b in range(batch):
-                    ch = f"ch0 + {step + p * batch + b}"
-                    loop += [f"{ld.name} = {ld.value()};" for ld in self.chunk_loads(b, ch, live(ch), nacc, f"_p{p}")]
-        else:
-            step = batch
-            for b in range(batch):
-                ch = f"ch0 + {b}"
-                for ld in self.chunk_loads(b, ch, None if b == 0 else live(ch), nacc):
-                    loop.append(f"const {ld.typ} {ld.name} = {ld.value()};")
-            for b in range(batch):
-                loop += self.chunk_math(b, nacc, mma, "", f"ch0 + {b}")
+    def k_loop(self, nacc: int, mma: str) -> list[str]:
+        """Each iteration: a batch's loads, then its math. With scale_vector the
+        warps' chunk ranges are whole batches, so no batch is partly past the end."""
+        batch, loop = self.batch, []
+        for b in range(batch):
+            ch = f"ch0 + {b}"
+            live = None if b == 0 or self.scale_vector else f"{ch} < c_end"
+            for ld in self.chunk_loads(b, ch, live, nacc):
+                loop.append(f"const {ld.typ} {ld.name} = {ld.value()};")
+        for b in range(batch):
+            loop += self.chunk_math(b, nacc, mma)
         return (
-            [*lines, "#pragma unroll 1", f"for (int ch0 = c_begin; ch0 < c_end; ch0 += {step}) {{"]
+            ["#pragma unroll 1", f"for (int ch0 = c_begin; ch0 < c_end; ch0 += {batch}) {{"]
             + ["  " + ln for ln in loop]
             + ["}"]
         )
-
-    def stage_layout(self, nacc: int) -> tuple[list[int], int]:
-        """Byte offset of each load of a stage (a batch) in a warp's ring, and
-        the stage's size: each load is an array over the 32 lanes, so a lane
-        reads back the 4/8/16 bytes it copied with one conflict-free access."""
-        offsets, at = [], 0
-        for b in range(self.batch):
-            for ld in self.chunk_loads(b, "0", None, nacc):
-                offsets.append(at)
-                at += 32 * ld.size
-        return offsets, at
-
-    def async_loop(self, nacc: int, mma: str) -> list[str]:
-        """cp.async into a per-warp ring of `stages` batches: each lane copies
-        the bytes it will read itself (lane-private, so no barrier), issued
-        stages-1 batches ahead of the math; predicated-off copies zero-fill."""
-        S, batch = self.stages, self.batch
-        offsets, stage = self.stage_layout(nacc)
-        self.dynamic_shared = self.s.SG * S * stage
-        lines = [
-            f"unsigned char* const ring = metile_ring + warp * {S * stage};",
-            "const int lane_ = threadIdx.x & 31;",
-        ]
-
-        def issue(first: str, base: str) -> list[str]:
-            out, n = [], 0
-            for b in range(batch):
-                ch = f"{first} + {b}"
-                for ld in self.chunk_loads(b, ch, f"{ch} < c_end", nacc):
-                    kind = "ca" if ld.shared or ld.size < 16 else "cg"
-                    dst = f"{base} + {offsets[n]} + lane_ * {ld.size}"
-                    out.append(f"metile_cp_async_{kind}{ld.size}({dst}, {ld.addr}, {ld.cond});")
-                    n += 1
-            return out + ["metile_cp_async_commit();"]
-
-        for st in range(S - 1):
-            lines += issue(f"c_begin + {st * batch}", f"ring + {st * stage}")
-        lines += [f"int rd = 0, wr = {(S - 1) * stage};", "#pragma unroll 1"]
-        lines.append(f"for (int ch0 = c_begin; ch0 < c_end; ch0 += {batch}) {{")
-        loop = issue(f"ch0 + {(S - 1) * batch}", "ring + wr")
-        loop.append(f"metile_cp_async_wait<{S - 1}>();")
-        n = 0
-        for b in range(batch):
-            for ld in self.chunk_loads(b, "0", None, nacc):
-                at = f"ring + rd + {offsets[n]} + lane_ * {ld.size}"
-                loop.append(f"const {ld.typ} {ld.name} = *reinterpret_cast<const {ld.typ}*>({at});")
-                n += 1
-        for b in range(batch):
-            loop += self.chunk_math(b, nacc, mma, "", f"ch0 + {b}")
-        loop.append(f"rd = rd == {(S - 1) * stage} ? 0 : rd + {stage};")
-        loop.append(f"wr = wr == {(S - 1) * stage} ? 0 : wr + {stage};")
-        lines += ["  " + ln for ln in loop] + ["}", "metile_cp_async_wait<0>();"]
-        return lines
 
     # -- the kernel -------------------------------------------------------------
     def lower(self) -> KernelDef:
@@ -473,7 +392,9 @@ class MMALowering(_Lowering):
             "const int g = (threadIdx.x & 31) >> 2;",
             "const int t = threadIdx.x & 3;",
             f"const int chunks = K / {self.ck};",
-            f"const int per_warp = (chunks + {s.SG - 1}) / {s.SG};",
+            f"const int per_warp = (chunks + {s.SG - 1}) / {s.SG};"
+            if not self.scale_vector
+            else f"const int per_warp = (chunks + {s.SG * self.batch - 1}) / {s.SG * self.batch} * {self.batch};",
             "const int c_begin = warp * per_warp;",
             "const int c_end = min(chunks, c_begin + per_warp);",
         ]
@@ -484,19 +405,7 @@ class MMALowering(_Lowering):
         for j in range(nacc):
             lines.append(f"float part{j}[{tiles}][{rt}][4] = {{}};")
 
-        def live(ch: str, known: bool) -> str | None:
-            return None if known else f"{ch} < c_end"
-
-        red_bytes = s.SG * nacc * tiles * rt * 4 * 32 * 4
-        while self.stages > 2 and s.SG * self.stages * self.stage_layout(nacc)[1] + red_bytes > RING_LIMIT:
-            self.stages -= 1
-        if self.stages and s.SG * self.stages * self.stage_layout(nacc)[1] + red_bytes > RING_LIMIT:
-            self.stages, self.scale_pairs = 0, False  # too large even at 2 stages: registers
-        if self.stages:
-            body.append(Raw(["extern __shared__ __align__(16) unsigned char metile_ring[];"]))
-            lines += self.async_loop(nacc, mma)
-        else:
-            lines += self.register_loop(nacc, mma)
+        lines += self.k_loop(nacc, mma)
         body.append(Raw(lines))
 
         # warps' partial sums, added in warp order; warp 0 finishes
@@ -531,9 +440,7 @@ class MMALowering(_Lowering):
                         finish.body, fscope, row, col, lambda j, tile=tile, r=r, e=e: f"fin{j}[{tile}][{r}][{e}]"
                     )
         body.append(finish)
-        kernel = self.kernel(body)
-        kernel.dynamic_shared = self.dynamic_shared
-        return kernel
+        return self.kernel(body)
 
 
 def lower_mma(program, schedule, divisors, vector_buffers, spec: ProjectionSpec) -> KernelDef:

@@ -18,7 +18,6 @@ class Artifact:
     entry: str
     schedule: Schedule
     params: tuple[KernelParam, ...]  # buffer slots in order: buffers and i32 scalars
-    dynamic_shared: int = 0  # bytes of dynamic shared memory a launch requests
 
     @cached_property
     def key(self) -> str:

@@ -78,45 +78,38 @@ def test_opt_in_tensor_core_variants_compile(monkeypatch):
         compile_projection.cache_clear()
 
 
-MAINLOOPS = [  # (settings, whether the kernels use the cp.async ring)
-    ({"STAGES": "0", "BATCH": "1", "PREFETCH": "0"}, False),
-    ({"STAGES": "0", "BATCH": "2", "PREFETCH": "1"}, False),
-    ({"STAGES": "4", "BATCH": "1"}, True),
-    ({"STAGES": "2", "BATCH": "2", "TILES": "2", "WARPS": "4"}, True),
-    ({"STAGES": "8", "TILES": "2", "WARPS": "2"}, True),
-    # a ring over the shared-memory limit even at 2 stages: registers instead
-    ({"STAGES": "8", "BATCH": "8", "TILES": "4", "WARPS": "16"}, False),
+MAINLOOPS = [
+    {"BATCH": "1"},
+    {"BATCH": "2", "TILES": "2", "WARPS": "4"},
+    {"BATCH": "4"},
+    {"BATCH": "8", "TILES": "4", "WARPS": "16"},
 ]
 
 
-@pytest.mark.parametrize(
-    ("knobs", "ring"),
-    MAINLOOPS,
-    ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()) if isinstance(k, dict) else f"ring={k}",
-)
-def test_mma_mainloop_variants_compile(monkeypatch, knobs, ring):
-    """Every tuning setting of the tensor-core mainloop (registers or cp.async
-    ring, batches, prefetch, tiles, warps) compiles, for each weight kind."""
+@pytest.mark.parametrize("knobs", MAINLOOPS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
+def test_mma_mainloop_variants_compile(monkeypatch, knobs):
+    """Every tuning setting of the tensor-core mainloop (batches, tiles, warps)
+    compiles for each weight kind; a batch's scales come in one vector load
+    exactly when K holds whole batches of groups."""
     for name, value in knobs.items():
         monkeypatch.setenv(f"MLX_METILE_CUDA_MMA_{name}", value)
     monkeypatch.setenv("MLX_METILE_CUDA_MMA_FUSED", "1")
     monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", "1")
     q4, q8 = WeightFormat("bf16", 4, 64), WeightFormat("f16", 8, 32)
-    specs = [
-        ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256),
-        ProjectionSpec("f16", (q8,), None, True, k_multiple=64),
-        ProjectionSpec("bf16", (q4, q4, q4), k_multiple=256),
-        ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=64),
+    batch = int(knobs["BATCH"])
+    specs = [  # (spec, whether the scales come as vectors)
+        (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), batch in (2, 4)),
+        (ProjectionSpec("f16", (q8,), None, True, k_multiple=64), batch == 2),
+        (ProjectionSpec("bf16", (q4, q4, q4), k_multiple=256), batch in (2, 4)),
+        (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=64), False),
     ]
     compile_projection.cache_clear()
     try:
-        for spec in specs:
+        for spec, vector in specs:
             for bucket in (1, 32):
                 art = compile_projection(spec, bucket, "cuda")
                 assert art.schedule.kind == "mma", spec.name()
-                uses_ring = "metile_cp_async_commit();" in art.source
-                assert uses_ring == (art.dynamic_shared > 0)
-                assert uses_ring == ring, spec.name()
+                assert (f"/ {art.schedule.SG * batch} * {batch};" in art.source) == vector, spec.name()
                 assert ptx(art, "sm_90")[:4] == b"\x7fELF"
     finally:
         compile_projection.cache_clear()
