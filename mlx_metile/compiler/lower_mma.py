@@ -32,7 +32,7 @@ fixed K split and the fixed order, so row invariance holds for 1..32 rows;
 batch and tiles change where loads are issued, not the order of any sum.
 
 Accepted: bf16 or f16 activations; a single projection, SwiGLU's gate and up,
-or (opt-in, see fused_mma) weights concatenated into one accumulator, all of
+or weights concatenated into one accumulator (fused q/k/v), all of
 one format: 4-bit, 8-bit, or (opt-in, see dense_mma) dense weights of the
 activation dtype with K a multiple of 32. Other specs use `simd_splitk`.
 """
@@ -51,15 +51,19 @@ TILE = 16  # output columns per m16 tile
 SMEM_LIMIT = 48 * 1024  # static shared memory of one block (the warps' partial sums)
 MAX_PARTIALS = 8  # accumulator tiles (x 4 floats) one lane may hold: tiles x row tiles x weights
 
-# Per row bucket (8, 16, 32 rows): warps splitting K, chunks per load batch and
-# 16-column tiles per block. Overridable for tuning runs with
-# MLX_METILE_CUDA_MMA_{WARPS,BATCH,TILES}.
+# Warps splitting K: one value for every row bucket, since the K split is part
+# of a row's sum order (row invariance). Per row bucket (8, 16, 32 rows): chunks
+# per load batch and 16-column tiles per block, which only move loads.
+# Overridable for tuning runs with MLX_METILE_CUDA_MMA_{WARPS,BATCH,TILES}.
+# From the H200 sweep of 2026-11-29 (bench/results/h200-sweep-mma2-2026-11-29.json).
+WARPS = 4
 DEFAULTS = {
-    8: {"warps": 8, "batch": 4, "tiles": 1},
-    16: {"warps": 8, "batch": 4, "tiles": 1},
-    32: {"warps": 8, "batch": 2, "tiles": 1},
+    8: {"warps": WARPS, "batch": 2, "tiles": 1},
+    16: {"warps": WARPS, "batch": 1, "tiles": 1},
+    32: {"warps": WARPS, "batch": 1, "tiles": 1},
 }
-ALLOWED = {"warps": (1, 2, 4, 8, 16), "batch": (1, 2, 4, 8), "tiles": (1, 2, 4)}
+ALLOWED = {"warps": (1, 2, 4, 8, 16), "batch": (1, 2, 4), "tiles": (1, 2, 4)}
+SPLIT_ALIGN = 4  # chunks: each warp's range starts at a multiple of this where K allows
 
 
 def mma_setting(name: str, rows_bucket: int) -> int:
@@ -93,7 +97,7 @@ def mma_supported(spec: ProjectionSpec) -> bool:
     if spec.act_dtype not in ("bf16", "f16"):
         return False
     if len(spec.weights) != 1 and spec.epilogue != "swiglu" and not fused_mma():
-        return False  # several weights concatenated into one accumulator (opt-in, see fused_mma)
+        return False  # several weights concatenated into one accumulator (see fused_mma)
     formats = {(w.bits, w.group_size, w.dtype if not w.quantized else "") for w in spec.weights}
     if len(formats) != 1:
         return False
@@ -115,8 +119,9 @@ def dense_mma() -> bool:
 
 def fused_mma() -> bool:
     """Several weights concatenated into one accumulator (fused q/k/v) take the
-    tensor-core schedule only with MLX_METILE_CUDA_MMA_FUSED=1."""
-    return os.environ.get("MLX_METILE_CUDA_MMA_FUSED", "0") == "1"
+    tensor-core schedule unless MLX_METILE_CUDA_MMA_FUSED=0 (checked on the H200
+    with quantized q/k/v whose member boundaries fall inside 16-column tiles)."""
+    return os.environ.get("MLX_METILE_CUDA_MMA_FUSED", "1") != "0"
 
 
 def chunk_k(spec: ProjectionSpec) -> int:
@@ -156,14 +161,12 @@ class MMALowering(_Lowering):
         self.slices = self.quarter // 8  # 16-byte slices of x per lane per chunk
         w = spec.weights[0]
         self.words = self.quarter * w.bits // 32 if w.quantized else 0  # packed words per lane and column
-        # a batch's scales (and biases) of one column in one load: when K holds a
-        # whole number of batches of groups, and the 16-bit values fit 4/8/16 bytes
-        self.scale_vector = (
-            w.quantized
-            and w.dtype != "f32"
-            and self.batch in (2, 4, 8)
-            and spec.k_divisor % (self.batch * w.group_size) == 0
-        )
+        # the K split: warps' chunk ranges start at multiples of SPLIT_ALIGN when K
+        # holds whole multiples of it - a property of the spec alone, so every row
+        # bucket splits K alike (a row's sum order must not depend on the row count)
+        self.align = SPLIT_ALIGN if w.quantized and spec.k_divisor % (SPLIT_ALIGN * w.group_size) == 0 else 1
+        # then a batch's 16-bit scales (and biases) of one column come in one 4 or 8-byte load
+        self.scale_vector = self.align == SPLIT_ALIGN and w.dtype != "f32" and self.batch in (2, 4)
 
     # -- the weights feeding each accumulator ---------------------------------
     def members(self, j: int) -> list[int]:
@@ -246,7 +249,7 @@ class MMALowering(_Lowering):
                         continue
                     typ = "float" if w.dtype == "f32" else "unsigned short"
                     if self.scale_vector:
-                        typ = {2: "unsigned", 4: "uint2", 8: "uint4"}[self.batch]
+                        typ = {2: "unsigned", 4: "uint2"}[self.batch]
                     for name, letter in (("scales", "s"), ("biases", "z")):
 
                         def param(i, local, name=name, typ=typ):
@@ -392,9 +395,7 @@ class MMALowering(_Lowering):
             "const int g = (threadIdx.x & 31) >> 2;",
             "const int t = threadIdx.x & 3;",
             f"const int chunks = K / {self.ck};",
-            f"const int per_warp = (chunks + {s.SG - 1}) / {s.SG};"
-            if not self.scale_vector
-            else f"const int per_warp = (chunks + {s.SG * self.batch - 1}) / {s.SG * self.batch} * {self.batch};",
+            f"const int per_warp = (chunks + {s.SG * self.align - 1}) / {s.SG * self.align} * {self.align};",
             "const int c_begin = warp * per_warp;",
             "const int c_end = min(chunks, c_begin + per_warp);",
         ]

@@ -80,36 +80,43 @@ def test_opt_in_tensor_core_variants_compile(monkeypatch):
 
 MAINLOOPS = [
     {"BATCH": "1"},
-    {"BATCH": "2", "TILES": "2", "WARPS": "4"},
+    {"BATCH": "2", "TILES": "2", "WARPS": "8"},
     {"BATCH": "4"},
-    {"BATCH": "8", "TILES": "4", "WARPS": "16"},
+    {"BATCH": "4", "TILES": "4", "WARPS": "16"},
 ]
 
 
 @pytest.mark.parametrize("knobs", MAINLOOPS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
 def test_mma_mainloop_variants_compile(monkeypatch, knobs):
     """Every tuning setting of the tensor-core mainloop (batches, tiles, warps)
-    compiles for each weight kind; a batch's scales come in one vector load
-    exactly when K holds whole batches of groups."""
+    compiles for each weight kind. The K split is aligned to 4 chunks exactly
+    when K holds whole multiples of 4 groups (whatever the batch, so that all
+    row buckets split K alike), and then a batch of 2 or 4 chunks loads each
+    column's scales in one vector."""
     for name, value in knobs.items():
         monkeypatch.setenv(f"MLX_METILE_CUDA_MMA_{name}", value)
-    monkeypatch.setenv("MLX_METILE_CUDA_MMA_FUSED", "1")
     monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", "1")
     q4, q8 = WeightFormat("bf16", 4, 64), WeightFormat("f16", 8, 32)
     batch = int(knobs["BATCH"])
-    specs = [  # (spec, whether the scales come as vectors)
-        (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), batch in (2, 4)),
-        (ProjectionSpec("f16", (q8,), None, True, k_multiple=64), batch == 2),
-        (ProjectionSpec("bf16", (q4, q4, q4), k_multiple=256), batch in (2, 4)),
+    specs = [  # (spec, whether the K split is aligned)
+        (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), True),
+        (ProjectionSpec("f16", (q8,), None, True, k_multiple=128), True),
+        (ProjectionSpec("f16", (q8,), None, True, k_multiple=64), False),
+        (ProjectionSpec("bf16", (q4, q4, q4), k_multiple=256), True),
         (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=64), False),
     ]
+    scales = {1: "unsigned short", 2: "unsigned", 4: "uint2"}[batch]
     compile_projection.cache_clear()
     try:
-        for spec, vector in specs:
+        for spec, aligned in specs:
             for bucket in (1, 32):
                 art = compile_projection(spec, bucket, "cuda")
                 assert art.schedule.kind == "mma", spec.name()
-                assert (f"/ {art.schedule.SG * batch} * {batch};" in art.source) == vector, spec.name()
+                assert (f"/ {art.schedule.SG * 4} * 4;" in art.source) == aligned, spec.name()
+                if spec.weights[0].quantized:
+                    vector = aligned and batch > 1
+                    want = scales if vector else "unsigned short"
+                    assert f"const {want} s0_0a_0 = " in art.source, spec.name()
                 assert ptx(art, "sm_90")[:4] == b"\x7fELF"
     finally:
         compile_projection.cache_clear()

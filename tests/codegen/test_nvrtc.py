@@ -33,7 +33,8 @@ CASES = [
     (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64),), k_multiple=64), 4, "mma"),
     (ProjectionSpec("f16", (WeightFormat("f16", 8, 32),) * 2, "swiglu", k_multiple=64), 16, "mma"),
     (ProjectionSpec("f32", (WeightFormat("f32", has_bias=True, bias_dtype="f32"),), "gelu"), 2, "simd_splitk"),
-    (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64, True, "bf16"),) * 3, k_multiple=64), 8, "simd_splitk"),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64, True, "bf16"),) * 3, k_multiple=256), 8, "mma"),
+    (ProjectionSpec("f32", (WeightFormat("f32", 4, 64, True, "f32"),) * 3, k_multiple=64), 8, "simd_splitk"),
     (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 128),), None, True, k_multiple=64), 64, "tiled"),
 ]
 

@@ -61,9 +61,9 @@ def test_cuda_tensor_core_schedule_selection(monkeypatch):
     assert kind(ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=64)) == "mma"
     assert kind(ProjectionSpec("bf16", (q4,), None, True, k_multiple=64)) == "mma"
     assert kind(ProjectionSpec("bf16", (q4,), k_multiple=64), rows=33) == "tiled"
-    # not taken: f32 activations, concatenated q/k/v, dense weights (opt-in), mixed formats
+    assert kind(ProjectionSpec("bf16", (q4, q4, q4), k_multiple=64)) == "mma"  # concatenated q/k/v
+    # not taken: f32 activations, dense weights (opt-in), mixed formats
     assert kind(ProjectionSpec("f32", (WeightFormat("f32", 4, 64),), k_multiple=64)) == "simd_splitk"
-    assert kind(ProjectionSpec("bf16", (q4, q4, q4), k_multiple=64)) == "simd_splitk"
     assert kind(ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=64)) == "simd_splitk"
     assert kind(ProjectionSpec("bf16", (q4, WeightFormat("bf16", 8, 64)), "swiglu", k_multiple=64)) == "simd_splitk"
     monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", "1")
@@ -95,15 +95,15 @@ def test_mma_warps_override(monkeypatch):
     compile_projection.cache_clear()
 
 
-def test_fused_mma_is_opt_in(monkeypatch):
+def test_fused_mma_can_be_turned_off(monkeypatch):
     from mlx_metile.runtime import compile_projection
     from mlx_metile.spec import ProjectionSpec, WeightFormat
 
     spec = ProjectionSpec("bf16", tuple(WeightFormat("bf16", 4, 64) for _ in range(3)), k_multiple=64)
     monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
     compile_projection.cache_clear()
-    assert compile_projection(spec, 4, "cuda").schedule.kind == "simd_splitk"
-    monkeypatch.setenv("MLX_METILE_CUDA_MMA_FUSED", "1")
-    compile_projection.cache_clear()
     assert compile_projection(spec, 4, "cuda").schedule.kind == "mma"
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_FUSED", "0")
+    compile_projection.cache_clear()
+    assert compile_projection(spec, 4, "cuda").schedule.kind == "simd_splitk"
     compile_projection.cache_clear()
