@@ -58,11 +58,11 @@ MAX_PARTIALS = 8  # accumulator tiles (x 4 floats) one lane may hold: tiles x ro
 # From the H200 sweep of 2026-11-29 (bench/results/h200-sweep-mma2-2026-11-29.json).
 WARPS = 4
 DEFAULTS = {
-    8: {"warps": WARPS, "batch": 2, "tiles": 1},
-    16: {"warps": WARPS, "batch": 1, "tiles": 1},
-    32: {"warps": WARPS, "batch": 1, "tiles": 1},
+    8: {"warps": WARPS, "batch": 2, "tiles": 1, "wide": 0},
+    16: {"warps": WARPS, "batch": 1, "tiles": 1, "wide": 0},
+    32: {"warps": WARPS, "batch": 1, "tiles": 1, "wide": 0},
 }
-ALLOWED = {"warps": (1, 2, 4, 8, 16), "batch": (1, 2, 4), "tiles": (1, 2, 4)}
+ALLOWED = {"warps": (1, 2, 4, 8, 16), "batch": (1, 2, 4), "tiles": (1, 2, 4), "wide": (0, 1)}
 SPLIT_ALIGN = 4  # chunks: each warp's range starts at a multiple of this where K allows
 
 
@@ -124,10 +124,29 @@ def fused_mma() -> bool:
     return os.environ.get("MLX_METILE_CUDA_MMA_FUSED", "1") != "0"
 
 
-def chunk_k(spec: ProjectionSpec) -> int:
-    """k per chunk (one scale per column): the group, or 32 for dense weights."""
+def wide(spec: ProjectionSpec) -> bool:
+    """MLX_METILE_CUDA_MMA_WIDE=1 (a tuning knob, all row buckets alike: it is part
+    of the sum order): a chunk is a pair of groups, and lane t loads half a group -
+    16 contiguous bytes of 4-bit weights at group 64 - so a warp-wide load touches
+    8 lines per 512 bytes instead of 16 per 256. Each MMA then runs twice, with x
+    zeroed on the other group's lanes. Needs 16-bit scales and an even group count."""
     w = spec.weights[0]
-    return w.group_size if w.quantized else 32
+    return (
+        mma_setting("wide", 8) == 1
+        and w.quantized
+        and w.dtype != "f32"
+        and spec.k_divisor % (2 * w.group_size) == 0
+        and (w.group_size // 2) * w.bits // 32 <= 16
+    )
+
+
+def chunk_k(spec: ProjectionSpec) -> int:
+    """k per chunk: the group (one scale per column), two groups when `wide`, or
+    32 for dense weights."""
+    w = spec.weights[0]
+    if not w.quantized:
+        return 32
+    return 2 * w.group_size if wide(spec) else w.group_size
 
 
 # bf16 / f16 pairs of 1.0: the A operand that turns an MMA into sums of x
@@ -154,6 +173,7 @@ class MMALowering(_Lowering):
         super().__init__(program, schedule, divisors, vector_buffers)
         self.spec = spec
         self.batch = mma_setting("batch", schedule.BM)
+        self.wide = wide(spec)
         self.tiles = schedule.BN // TILE
         self.rt = schedule.BM // 8  # row tiles of 8
         self.ck = chunk_k(spec)
@@ -164,9 +184,10 @@ class MMALowering(_Lowering):
         # the K split: warps' chunk ranges start at multiples of SPLIT_ALIGN when K
         # holds whole multiples of it - a property of the spec alone, so every row
         # bucket splits K alike (a row's sum order must not depend on the row count)
-        self.align = SPLIT_ALIGN if w.quantized and spec.k_divisor % (SPLIT_ALIGN * w.group_size) == 0 else 1
+        self.align = SPLIT_ALIGN if w.quantized and spec.k_divisor % (SPLIT_ALIGN * self.ck) == 0 else 1
         # then a batch's 16-bit scales (and biases) of one column come in one 4 or 8-byte load
-        self.scale_vector = self.align == SPLIT_ALIGN and w.dtype != "f32" and self.batch in (2, 4)
+        # (wide chunks load their two groups' as a 4-byte pair instead)
+        self.scale_vector = self.align == SPLIT_ALIGN and w.dtype != "f32" and self.batch in (2, 4) and not self.wide
 
     # -- the weights feeding each accumulator ---------------------------------
     def members(self, j: int) -> list[int]:
@@ -235,7 +256,7 @@ class MMALowering(_Lowering):
                         out.append(Load("uint4", f"w{j}_{tile}{h}_{b}{tag}", *self.select(j, tile, h, dense, live)))
                         continue
                     # the lane's words are consecutive and aligned to their count: 4, 8 or 16-byte loads
-                    vec, width = {1: ("unsigned", 1), 2: ("uint2", 2), 4: ("uint4", 4), 8: ("uint4", 4)}[self.words]
+                    vec, width = {1: ("unsigned", 1), 2: ("uint2", 2)}.get(self.words, ("uint4", 4))
                     for v0 in range(0, self.words, width):
 
                         def packed(i, local, v0=v0, words_row=f"(K / {32 // w.bits})"):
@@ -250,10 +271,13 @@ class MMALowering(_Lowering):
                     typ = "float" if w.dtype == "f32" else "unsigned short"
                     if self.scale_vector:
                         typ = {2: "unsigned", 4: "uint2"}[self.batch]
+                    if self.wide:
+                        typ = "unsigned"
+                    group = f"2 * ({ch})" if self.wide else f"({ch})"
                     for name, letter in (("scales", "s"), ("biases", "z")):
 
-                        def param(i, local, name=name, typ=typ):
-                            at = f"{local} * (K / {w.group_size}) + ({ch})"
+                        def param(i, local, name=name, typ=typ, group=group):
+                            at = f"{local} * (K / {w.group_size}) + {group}"
                             if typ == "float":
                                 return f"{name}{i} + {at}"
                             if typ == "unsigned short":
@@ -290,13 +314,16 @@ class MMALowering(_Lowering):
             return out
         # sums of x over the group, rows 2t and 2t+1 of each tile: an MMA with A = ones
         # (the k order does not matter for a sum, so the x words go in as loaded)
-        one = ONES[act]
+        # wide: rows 0-7 of A are ones on group A's lanes (t < 2), rows 8-15 on group B's,
+        # so C rows g hold group A's sums and rows g+8 group B's
+        ones = "oA, oB, oA, oB" if self.wide else ", ".join([ONES[act]] * 4)
         for r in range(rt):
             out.append(f"  float cx{r}[4] = {{}};")
             for sl in range(self.slices):
                 xv = f"xv{r}_{sl}_{b}{tag}"
-                out.append(f"  {mma}(cx{r}, {one}, {one}, {one}, {one}, {xv}.x, {xv}.y);")
-                out.append(f"  {mma}(cx{r}, {one}, {one}, {one}, {one}, {xv}.z, {xv}.w);")
+                out.append(f"  {mma}(cx{r}, {ones}, {xv}.x, {xv}.y);")
+                out.append(f"  {mma}(cx{r}, {ones}, {xv}.z, {xv}.w);")
+        groups = ("A", "B") if self.wide else ("",)
         # B registers, shared by every tile and weight: per word and pair slot
         k_per_word = 32 // w.bits
         pairs = 4 if w.bits == 4 else 2
@@ -306,20 +333,29 @@ class MMALowering(_Lowering):
                 for p in range(0, pairs, 2):
                     b0, b1 = self.x_pairs(f"xv{r}_{sl}_{b}{tag}", off, w.bits, p)
                     out.append(f"  const unsigned xb{r}_{i}_{p}_0 = {b0}, xb{r}_{i}_{p}_1 = {b1};")
-        width = {1: 1, 2: 2, 4: 4, 8: 4}[self.words]
+                    for grp in groups if self.wide else ():  # x on this group's lanes only
+                        xb = f"xb{r}_{i}_{p}"
+                        out.append(f"  const unsigned {xb}{grp}_0 = {xb}_0 & m{grp}, {xb}{grp}_1 = {xb}_1 & m{grp};")
+        width = min(self.words, 4)
         to_float = {"bf16": "__uint_as_float((unsigned){} << 16)", "f16": "__half2float(__ushort_as_half({}))"}
-        if self.scale_vector:  # chunk b's 16-bit half of the batch's vector
-            part = "" if self.batch == 2 else "." + "xyzw"[b // 2]
-            bits = f"({{}}{part} >> 16)" if b % 2 else f"({{}}{part} & 0xFFFFu)"
-            to_float = {
+
+        def half(part: str, high: bool) -> dict[str, str]:
+            bits = f"({{}}{part} >> 16)" if high else f"({{}}{part} & 0xFFFFu)"
+            return {
                 "bf16": f"__uint_as_float({bits} << 16)",
                 "f16": f"__half2float(__ushort_as_half((unsigned short){bits}))",
             }
-        conv = to_float.get(w.dtype, "{}")
+
+        convs = {"": to_float.get(w.dtype, "{}")}
+        if self.scale_vector:  # chunk b's 16-bit half of the batch's vector
+            convs = {"": half("" if self.batch == 2 else "." + "xyzw"[b // 2], b % 2 == 1)[w.dtype]}
+        if self.wide:  # the pair's groups: low half, high half
+            convs = {"A": half("", False)[w.dtype], "B": half("", True)[w.dtype]}
         for j in range(nacc):
             for tile in range(self.tiles):
                 c = f"c{j}_{tile}"
-                out.append(f"  float {c}[{rt}][4] = {{}};")
+                for grp in groups:
+                    out.append(f"  float {c}{grp}[{rt}][4] = {{}};")
                 for h in "ab":
                     for i in range(self.words):
                         v0 = i - i % width
@@ -331,17 +367,22 @@ class MMALowering(_Lowering):
                         # A regs: (row g, slots 2t..), (row g+8, slots 2t..), (row g, slots 2t+8..), (row g+8, ...)
                         a = [f"metile_q{w.bits}_{act}(w{h}{j}_{tile}_{i}, {q})" for q in (p, p + 1) for h in "ab"]
                         for r in range(rt):
-                            out.append(f"  {mma}({c}[{r}], {', '.join(a)}, xb{r}_{i}_{p}_0, xb{r}_{i}_{p}_1);")
-                for h in "ab":
-                    at = 0 if self.scale_vector else b
-                    sv, zv = f"s{j}_{tile}{h}_{at}{tag}", f"z{j}_{tile}{h}_{at}{tag}"
-                    out.append(f"  const float sc{j}_{tile}{h} = {conv.format(sv)};")
-                    out.append(f"  const float bi{j}_{tile}{h} = {conv.format(zv)};")
-                for r in range(rt):
-                    for e in range(4):
-                        h = f"{j}_{tile}{'a' if e < 2 else 'b'}"
-                        acc = f"part{j}[{tile}][{r}][{e}]"
-                        out.append(f"  {acc} = fmaf(sc{h}, {c}[{r}][{e}], fmaf(bi{h}, cx{r}[{e & 1}], {acc}));")
+                            for grp in groups:
+                                xb = f"xb{r}_{i}_{p}{grp}"
+                                out.append(f"  {mma}({c}{grp}[{r}], {', '.join(a)}, {xb}_0, {xb}_1);")
+                for grp in groups:
+                    for h in "ab":
+                        at = 0 if self.scale_vector else b
+                        sv, zv = f"s{j}_{tile}{h}_{at}{tag}", f"z{j}_{tile}{h}_{at}{tag}"
+                        out.append(f"  const float sc{j}_{tile}{h}{grp} = {convs[grp].format(sv)};")
+                        out.append(f"  const float bi{j}_{tile}{h}{grp} = {convs[grp].format(zv)};")
+                    for r in range(rt):
+                        for e in range(4):
+                            h = f"{j}_{tile}{'a' if e < 2 else 'b'}{grp}"
+                            acc = f"part{j}[{tile}][{r}][{e}]"
+                            # wide: C rows g / g+8 of the ones-MMA hold group A / B sums
+                            xs = f"cx{r}[{(e & 1) + (2 if grp == 'B' else 0)}]"
+                            out.append(f"  {acc} = fmaf(sc{h}, {c}{grp}[{r}][{e}], fmaf(bi{h}, {xs}, {acc}));")
         out.append("}")
         return out
 
@@ -403,6 +444,10 @@ class MMALowering(_Lowering):
             lines.append(f"const int xrow{r} = pid1 * {s.BM} + {8 * r} + g;")
             lines.append(f"const bool xok{r} = xrow{r} < M;")
         lines += self.column_setup(nacc)
+        if self.wide:  # group A on lanes t < 2, group B on t >= 2
+            one = ONES[spec.act_dtype]
+            lines.append("const unsigned mA = t < 2 ? 0xFFFFFFFFu : 0u, mB = ~mA;")
+            lines.append(f"const unsigned oA = {one} & mA, oB = {one} & mB;")
         for j in range(nacc):
             lines.append(f"float part{j}[{tiles}][{rt}][4] = {{}};")
 

@@ -120,3 +120,28 @@ def test_mma_mainloop_variants_compile(monkeypatch, knobs):
                 assert ptx(art, "sm_90")[:4] == b"\x7fELF"
     finally:
         compile_projection.cache_clear()
+
+
+def test_wide_mma_chunks_compile(monkeypatch):
+    """MLX_METILE_CUDA_MMA_WIDE=1: pairs of groups per chunk, 16-byte weight loads
+    for 4-bit group 64, x masked per group; falls back where the group count
+    may be odd."""
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_WIDE", "1")
+    q4 = WeightFormat("bf16", 4, 64)
+    compile_projection.cache_clear()
+    try:
+        for spec in (
+            ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256),
+            ProjectionSpec("f16", (WeightFormat("f16", 8, 32),), None, True, k_multiple=64),
+            ProjectionSpec("bf16", (q4, q4, q4), k_multiple=256),
+        ):
+            for bucket in (1, 32):
+                art = compile_projection(spec, bucket, "cuda")
+                assert "const unsigned mA = t < 2" in art.source, spec.name()
+                assert ptx(art, "sm_90")[:4] == b"\x7fELF"
+        wide = compile_projection(ProjectionSpec("bf16", (q4,), k_multiple=256), 1, "cuda").source
+        assert "const uint4 w0_0av0_0 = " in wide and "2 * (ch0 + 0)" in wide
+        odd = compile_projection(ProjectionSpec("bf16", (q4,), k_multiple=64), 1, "cuda").source
+        assert "mA" not in odd
+    finally:
+        compile_projection.cache_clear()
