@@ -60,7 +60,8 @@ def main() -> int:
     args = ap.parse_args()
     mx.set_default_device(mx.gpu)
     K, N = h200.SHAPES[args.shape]
-    report = {"shape": args.shape, "copy_roofline_bytes_per_s": h200.copy_roofline(), "cases": []}
+    roof, method = h200.copy_roofline()
+    report = {"shape": args.shape, "copy_roofline_bytes_per_s": roof, "copy_roofline_method": method, "cases": []}
     for fmt in args.formats:
         pool, nbytes = h200.make_pool(fmt, K, N)
 

@@ -17,7 +17,8 @@ def table(report: dict, mode: str) -> str:
     roof = report["copy_roofline_bytes_per_s"]
     lines = [
         f"{report['device_info'].get('device_name')} - MLX {report['mlx']} - mlx-metile {report['mlx_metile']} - "
-        f"{report['date']} - copy roofline {roof / 1e12:.2f} TB/s (read+write, same run) - timing: {mode}",
+        f"{report['date']} - copy roofline {roof / 1e12:.2f} TB/s (read+write, same run, "
+        f"{report.get('copy_roofline_method', 'mlx a + 1, 1 GiB')}) - timing: {mode}",
         "",
         "PyTorch: F.linear (cuBLAS) on bf16 weights of the same pool size, replayed from a CUDA graph; "
         "its int4 kernel was not measured.",
