@@ -18,16 +18,17 @@ op, on the stream's device:
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from functools import lru_cache
 
 import mlx.core as mx
 
 from .compiler.schedule import row_bucket
+from .envvars import getenv
 from .gradients import differentiable
 from .reference import fused_reference
 from .runtime import compile_projection, emulation_enabled, emulator_object
+from .runtime import cuda as cuda_runtime
 from .spec import EPILOGUE_CODES, EPILOGUES, ProjectionSpec, WeightFormat
 from .trace import TraceRecord, record, tracing
 
@@ -269,7 +270,7 @@ def _project(
     cols = Ns[0] if epilogue == "swiglu" else sum(Ns)
     if backend == "cuda":
         launch = lambda arrays: _launch_cuda(artifact, arrays, scalars, rows, cols, out_ns, out_dtype, s)  # noqa: E731
-        if os.environ.get("MLX_METILE_CUDA_GRADIENTS", "0") == "1":
+        if getenv("MLX_METILE_CUDA_GRADIENTS", "0") == "1":
             # opt-in until it has run on a GPU (it has only run with the CPU kernel standing in)
             outs = differentiable(
                 launch, lambda arrays: _reference_of_flat(arrays, weights, biases, epilogue, res2 is not None), inputs
@@ -277,7 +278,7 @@ def _project(
         else:
             outs = launch(inputs)
         _record(op, rows, K, Ns, formats, epilogue, residual is not None, backend, artifact.entry)
-        return [o.reshape(*lead, n) for o, n in zip(outs, out_ns)]
+        return outs if len(lead) == 1 else [o.reshape(*lead, n) for o, n in zip(outs, out_ns)]
     if _ext is None:
         raise RuntimeError(f"mlx_metile: the C++ extension is not built ({_EXT_ERROR}); reinstall the package")
     bindings = [(kind, scalars[at] if kind == 2 else at) for kind, at in _binding_template(artifact)]
@@ -302,7 +303,7 @@ def _project(
         stream=s,
     )
     _record(op, rows, K, Ns, formats, epilogue, residual is not None, backend, artifact.entry)
-    return [o.reshape(*lead, n) for o, n in zip(outs, out_ns)]
+    return outs if len(lead) == 1 else [o.reshape(*lead, n) for o, n in zip(outs, out_ns)]
 
 
 def _reference_of_flat(arrays, weights, biases, epilogue, has_residual) -> list[mx.array]:
@@ -325,7 +326,7 @@ def cuda_max_rows() -> int:
     """Calls with more rows than this run stock MLX on CUDA (default 32, the
     split-K kernels; MLX_METILE_CUDA_MAX_ROWS raises it, e.g. to test the tiled
     kernel there). Row invariance on CUDA therefore covers calls up to it."""
-    value = os.environ.get("MLX_METILE_CUDA_MAX_ROWS", "32")
+    value = getenv("MLX_METILE_CUDA_MAX_ROWS", "32")
     if not value.isdigit():
         raise ValueError(f"MLX_METILE_CUDA_MAX_ROWS: expected a row count, got {value!r}")
     return int(value)
@@ -353,20 +354,24 @@ def _binding_template(artifact) -> tuple[tuple[int, int | str], ...]:
     return tuple(out)
 
 
-def _launch_cuda(artifact, inputs, scalars, rows, cols, out_ns, out_dtype, stream) -> list[mx.array]:
-    """The CUDA artifact as PTX through MLX's precompiled-kernel op (inputs,
-    outputs, then scalars; the grid is given in threads)."""
-    from .runtime.cuda import ptx
+@lru_cache(maxsize=1024)
+def _cuda_plan(artifact) -> tuple[tuple[str, ...], tuple[int, int, int]]:
+    """Per artifact, what every launch repeats: the scalars' order and the block."""
+    return tuple(name for kind, name in _binding_template(artifact) if kind == 2), artifact.threads_per_group
 
+
+def _launch_cuda(artifact, inputs, scalars, rows, cols, out_ns, out_dtype, stream) -> list[mx.array]:
+    """The CUDA artifact as a cubin through MLX's precompiled-kernel op (inputs,
+    outputs, then scalars; the grid is given in threads)."""
+    names, (tx, ty, tz) = _cuda_plan(artifact)
     gx, gy, gz = artifact.grid(rows, cols)
-    tx, ty, tz = artifact.threads_per_group
     return mx.fast.precompiled_cuda_kernel(
         name=artifact.entry,
-        compiled_source=ptx(artifact),
+        compiled_source=cuda_runtime.ptx(artifact),
         inputs=inputs,
         output_shapes=[(rows, n) for n in out_ns],
         output_dtypes=[out_dtype] * len(out_ns),
-        scalars=[scalars[name] for kind, name in _binding_template(artifact) if kind == 2],
+        scalars=[scalars[name] for name in names],
         grid=(gx * tx, gy * ty, gz * tz),
         threadgroup=(tx, ty, tz),
         ensure_row_contiguous=True,
