@@ -385,22 +385,21 @@ def make_pool(fmt: str, K: int, N: int):
     return pool, nbytes
 
 
-def torch_linear(torch, K, N, rows, nbytes) -> dict:
-    """PyTorch F.linear (cuBLAS) on bf16 weights from a pool of the same size:
-    the products captured once in a CUDA graph (so Python launch overhead is
-    not timed, as mx.compile removes MLX's), replays timed with CUDA events."""
-    count = max(4, int(POOL_BYTES // nbytes) + 1)
-    pool = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * K**-0.5 for _ in range(count)]
+def torch_graph_timing(torch, pool: list, product, rows: int, K: int, nbytes: int, timing: str) -> dict:
+    """Products over a pool of PyTorch weights captured once in a CUDA graph (so
+    Python launch overhead is not timed, as mx.compile removes MLX's), replays
+    timed with CUDA events; `nbytes` is one weight's bytes."""
+    count = len(pool)
     x = torch.randn(rows, K, device="cuda", dtype=torch.bfloat16)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm-up outside the capture, as CUDA graphs need
         for i in range(count):
-            torch.nn.functional.linear(x, pool[i])
+            product(x, pool[i])
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        outs = [torch.nn.functional.linear(x, pool[i % count]) for i in range(PRODUCTS_PER_EVAL)]
+        outs = [product(x, pool[i % count]) for i in range(PRODUCTS_PER_EVAL)]
     samples = []
     for rep in range(8):
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -410,9 +409,38 @@ def torch_linear(torch, K, N, rows, nbytes) -> dict:
         torch.cuda.synchronize()
         if rep:  # the first is warm-up
             samples.append(start.elapsed_time(stop) / 1e3 / PRODUCTS_PER_EVAL)
-    del pool, outs, graph
+    del outs, graph
     t = statistics.median(samples)
-    return {"t": t, "gbs": nbytes / t / 1e9, "timing": "CUDA graph replay"}
+    return {"t": t, "gbs": nbytes / t / 1e9, "timing": timing}
+
+
+def torch_linear(torch, K, N, rows, nbytes) -> dict:
+    """PyTorch F.linear (cuBLAS) on bf16 weights from a pool of the same size."""
+    count = max(4, int(POOL_BYTES // nbytes) + 1)
+    pool = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * K**-0.5 for _ in range(count)]
+    return torch_graph_timing(torch, pool, torch.nn.functional.linear, rows, K, nbytes, "F.linear, CUDA graph replay")
+
+
+def torch_int4(torch, K, N, rows) -> dict:
+    """PyTorch's int4 kernel (`_weight_int4pack_mm`, group 64, bf16 activations,
+    the kernel of ../shared/DEVICE.md) on random 4-bit weights; bytes are the packed
+    weights plus its bf16 scales and zeros. Written after the session's device time
+    ran out: not yet run."""
+    group = 64
+    nbytes = N * K // 2 + (K // group) * N * 2 * 2
+    count = max(4, int(POOL_BYTES // nbytes) + 1)
+    pool = []
+    for _ in range(count):
+        q = torch.randint(0, 16, (N, K), dtype=torch.int32, device="cuda")
+        packed = ((q[:, ::2] << 4) | q[:, 1::2]).to(torch.uint8)  # [N, K/2], as the op takes it
+        scales_zeros = torch.randn(K // group, N, 2, device="cuda", dtype=torch.bfloat16) * 0.01
+        pool.append((torch._convert_weight_to_int4pack(packed, 8), scales_zeros))
+        del q, packed
+
+    def product(x, p):
+        return torch._weight_int4pack_mm(x, p[0], group, p[1])
+
+    return torch_graph_timing(torch, pool, product, rows, K, nbytes, "_weight_int4pack_mm, CUDA graph replay")
 
 
 def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None):
@@ -440,6 +468,11 @@ def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None):
 
     if torch_mod is not None and fmt == "bf16":
         r["torch"] = torch_linear(torch_mod, K, N, rows, nbytes)
+    if torch_mod is not None and fmt == "int4":
+        try:
+            r["torch"] = torch_int4(torch_mod, K, N, rows)
+        except Exception as e:  # a private PyTorch op: its signature has changed between releases
+            r["torch_error"] = repr(e)
     # eager: the graph is built in Python for every evaluation (host overhead included);
     # compiled: mx.compile replays it, so the time is the kernels'
     for mode, wrap in (("eager", lambda f: f), ("compiled", mx.compile)):

@@ -20,8 +20,12 @@ def table(report: dict, mode: str) -> str:
         f"{report['date']} - copy roofline {roof / 1e12:.2f} TB/s (read+write, same run, "
         f"{report.get('copy_roofline_method', 'mlx a + 1, 1 GiB')}) - timing: {mode}",
         "",
-        "PyTorch: F.linear (cuBLAS) on bf16 weights of the same pool size, replayed from a CUDA graph; "
-        "its int4 kernel was not measured.",
+        "PyTorch, replayed from a CUDA graph over a pool of the same size: F.linear (cuBLAS) for bf16; "
+        + (
+            "`_weight_int4pack_mm` (group 64) for int4, its GB/s counting its own packed weights, scales and zeros."
+            if any(c.get("format") == "int4" and "torch" in c for c in report["cases"])
+            else "its int4 kernel was not measured in this run."
+        ),
         "",
         "| shape | format | rows | mlx-metile us | GB/s | of roofline | stock MLX us | GB/s | speedup | PyTorch GB/s | vs PyTorch |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
