@@ -17,11 +17,11 @@ of the group; the k order inside a chunk is free (A and B use the same one),
 and is chosen so that a packed word unpacks into register pairs with two bit
 operations (nibbles j and j+4 of a word form one bf16x2/f16x2 pair).
 
-Loads: a batch of `batch` chunks is loaded together; with a batch of 2, 4 or 8
-and an even split of groups, each column's scales and biases for the batch
-come in one 4, 8 or 16-byte load. The H200 profile (2026-11-29) showed the
-kernel bound by L1 wavefronts: every warp-wide load touches one line per
-column (16), so a 2-byte scale load cost as much as a weight load.
+Loads: each iteration issues the loads of a batch of chunks before their math;
+with a batch of 2 or 4 on an aligned K split, each column's scales and biases
+for the batch come in one 4 or 8-byte load. The first H200 profile (2026-11-29)
+showed L1/TEX at 72% of its throughput: every warp-wide load touches one line
+per column (16), so a 2-byte scale load cost as much L1 work as a weight load.
 (A cp.async ring per warp, and register double-buffering one batch ahead, were
 tried and measured slower: bench/results/h200-sweep-mma2-2026-11-29.json.)
 
@@ -51,27 +51,27 @@ TILE = 16  # output columns per m16 tile
 SMEM_LIMIT = 48 * 1024  # static shared memory of one block (the warps' partial sums)
 MAX_PARTIALS = 8  # accumulator tiles (x 4 floats) one lane may hold: tiles x row tiles x weights
 
-# Warps splitting K: one value for every row bucket, since the K split is part
-# of a row's sum order (row invariance). Per row bucket (8, 16, 32 rows): chunks
-# per load batch and 16-column tiles per block, which only move loads.
-# Overridable for tuning runs with MLX_METILE_CUDA_MMA_{WARPS,BATCH,TILES}.
-# From the H200 sweep of 2026-11-29 (bench/results/h200-sweep-mma2-2026-11-29.json).
-WARPS = 4
+# Settings of every row bucket alike, being part of a row's sum order (row
+# invariance): warps splitting K, and `wide` chunks. Per row bucket (8, 16, 32
+# rows): chunks per load batch and 16-column tiles per block, which only move
+# loads. Overridable for tuning runs with MLX_METILE_CUDA_MMA_{WARPS,WIDE,BATCH,TILES}.
+# From the H200 sweeps of 2026-11-29 (bench/results/h200-sweep-mma2-2026-11-29.json).
+SHARED = {"warps": 4, "wide": 0}
 DEFAULTS = {
-    8: {"warps": WARPS, "batch": 2, "tiles": 1, "wide": 0},
-    16: {"warps": WARPS, "batch": 1, "tiles": 1, "wide": 0},
-    32: {"warps": WARPS, "batch": 1, "tiles": 1, "wide": 0},
+    8: {"batch": 2, "tiles": 1},
+    16: {"batch": 1, "tiles": 1},
+    32: {"batch": 1, "tiles": 1},
 }
 ALLOWED = {"warps": (1, 2, 4, 8, 16), "batch": (1, 2, 4), "tiles": (1, 2, 4), "wide": (0, 1)}
 SPLIT_ALIGN = 4  # chunks: each warp's range starts at a multiple of this where K allows
 
 
-def mma_setting(name: str, rows_bucket: int) -> int:
-    """One of DEFAULTS' settings for a row bucket, or MLX_METILE_CUDA_MMA_<NAME>."""
+def mma_setting(name: str, rows_bucket: int = 8) -> int:
+    """A setting (SHARED, or DEFAULTS' for a row bucket), or MLX_METILE_CUDA_MMA_<NAME>."""
     var = f"MLX_METILE_CUDA_MMA_{name.upper()}"
     value = os.environ.get(var)
     if value is None:
-        return DEFAULTS[min(b for b in DEFAULTS if b >= rows_bucket)][name]
+        return SHARED[name] if name in SHARED else DEFAULTS[min(b for b in DEFAULTS if b >= rows_bucket)][name]
     if not value.isdigit() or int(value) not in ALLOWED[name]:
         raise ValueError(f"{var}: expected one of {', '.join(map(str, ALLOWED[name]))}, got {value!r}")
     return int(value)
@@ -81,7 +81,7 @@ def mma_shape(rows_bucket: int, accumulators: int) -> tuple[int, int]:
     """(warps, column tiles) per block: the settings, tiles then warps halved
     while the warps' partial sums would overflow static shared memory, or the
     partial sums a lane's registers."""
-    warps, tiles, rt = mma_setting("warps", rows_bucket), mma_setting("tiles", rows_bucket), rows_bucket // 8
+    warps, tiles, rt = mma_setting("warps"), mma_setting("tiles", rows_bucket), rows_bucket // 8
 
     def partial_bytes() -> int:
         return warps * accumulators * tiles * rt * 4 * 32 * 4
@@ -132,7 +132,7 @@ def wide(spec: ProjectionSpec) -> bool:
     zeroed on the other group's lanes. Needs 16-bit scales and an even group count."""
     w = spec.weights[0]
     return (
-        mma_setting("wide", 8) == 1
+        mma_setting("wide") == 1
         and w.quantized
         and w.dtype != "f32"
         and spec.k_divisor % (2 * w.group_size) == 0
@@ -234,7 +234,7 @@ class MMALowering(_Lowering):
         return (cond if live is None else f"{live} && {cond}"), at
 
     # -- one chunk's loads ------------------------------------------------------
-    def chunk_loads(self, b: int, ch: str, live: str | None, nacc: int, tag: str = "") -> list[Load]:
+    def chunk_loads(self, b: int, ch: str, live: str | None, nacc: int) -> list[Load]:
         """Every load of chunk `ch` (a C expression) of a batch, zero where its
         condition is false."""
         spec, ck, quarter = self.spec, self.ck, self.quarter
@@ -243,7 +243,7 @@ class MMALowering(_Lowering):
         for r in range(self.rt):
             cond = f"xok{r}" if live is None else f"{live} && xok{r}"
             for sl in range(self.slices):
-                out.append(Load("uint4", f"xv{r}_{sl}_{b}{tag}", cond, f"x + xrow{r} * K + {kq} + {8 * sl}"))
+                out.append(Load("uint4", f"xv{r}_{sl}_{b}", cond, f"x + xrow{r} * K + {kq} + {8 * sl}"))
         w = spec.weights[0]
         for j in range(nacc):
             for tile in range(self.tiles):
@@ -253,7 +253,7 @@ class MMALowering(_Lowering):
                         def dense(i, local):
                             return f"w{i} + {local} * K + {kq}"
 
-                        out.append(Load("uint4", f"w{j}_{tile}{h}_{b}{tag}", *self.select(j, tile, h, dense, live)))
+                        out.append(Load("uint4", f"w{j}_{tile}{h}_{b}", *self.select(j, tile, h, dense, live)))
                         continue
                     # the lane's words are consecutive and aligned to their count: 4, 8 or 16-byte loads
                     vec, width = {1: ("unsigned", 1), 2: ("uint2", 2)}.get(self.words, ("uint4", 4))
@@ -262,7 +262,7 @@ class MMALowering(_Lowering):
                         def packed(i, local, v0=v0, words_row=f"(K / {32 // w.bits})"):
                             return f"w{i} + {local} * {words_row} + ({kq}) / {32 // w.bits} + {v0}"
 
-                        name = f"w{j}_{tile}{h}v{v0}_{b}{tag}"
+                        name = f"w{j}_{tile}{h}v{v0}_{b}"
                         out.append(Load(vec, name, *self.select(j, tile, h, packed, live)))
                     # scales and biases as raw bits, converted where they are used; with
                     # scale_vector, chunk 0 of a batch loads the whole batch's
@@ -284,12 +284,12 @@ class MMALowering(_Lowering):
                                 return f"reinterpret_cast<const unsigned short*>({name}{i}) + {at}"
                             return f"reinterpret_cast<const {typ}*>(reinterpret_cast<const unsigned short*>({name}{i}) + {at})"
 
-                        name_ = f"{letter}{j}_{tile}{h}_{b}{tag}"
+                        name_ = f"{letter}{j}_{tile}{h}_{b}"
                         out.append(Load(typ, name_, *self.select(j, tile, h, param, live)))
         return out
 
     # -- one chunk's math -------------------------------------------------------
-    def chunk_math(self, b: int, nacc: int, mma: str, tag: str = "") -> list[str]:
+    def chunk_math(self, b: int, nacc: int, mma: str) -> list[str]:
         """The MMAs and the affine scaling of chunk b of a batch from its loaded values."""
         spec, rt = self.spec, self.rt
         act = spec.act_dtype
@@ -298,12 +298,12 @@ class MMALowering(_Lowering):
         if not w.quantized:
             for j in range(nacc):
                 for tile in range(self.tiles):
-                    wa, wb = f"w{j}_{tile}a_{b}{tag}", f"w{j}_{tile}b_{b}{tag}"
+                    wa, wb = f"w{j}_{tile}a_{b}", f"w{j}_{tile}b_{b}"
                     out.append(f"  float c{j}_{tile}[{rt}][4] = {{}};")
                     # 8 consecutive k per lane: slots (2t, 2t+1) and (2t+8, 2t+9) take pairs 0,1 then 2,3
                     for p0, p1 in (("x", "y"), ("z", "w")):
                         for r in range(rt):
-                            xv = f"xv{r}_0_{b}{tag}"
+                            xv = f"xv{r}_0_{b}"
                             out.append(
                                 f"  {mma}(c{j}_{tile}[{r}], {wa}.{p0}, {wb}.{p0}, {wa}.{p1}, {wb}.{p1}, {xv}.{p0}, {xv}.{p1});"
                             )
@@ -320,7 +320,7 @@ class MMALowering(_Lowering):
         for r in range(rt):
             out.append(f"  float cx{r}[4] = {{}};")
             for sl in range(self.slices):
-                xv = f"xv{r}_{sl}_{b}{tag}"
+                xv = f"xv{r}_{sl}_{b}"
                 out.append(f"  {mma}(cx{r}, {ones}, {xv}.x, {xv}.y);")
                 out.append(f"  {mma}(cx{r}, {ones}, {xv}.z, {xv}.w);")
         groups = ("A", "B") if self.wide else ("",)
@@ -331,7 +331,7 @@ class MMALowering(_Lowering):
             for i in range(self.words):
                 sl, off = divmod(i * k_per_word, 8)  # which 16-byte x slice, and where in it
                 for p in range(0, pairs, 2):
-                    b0, b1 = self.x_pairs(f"xv{r}_{sl}_{b}{tag}", off, w.bits, p)
+                    b0, b1 = self.x_pairs(f"xv{r}_{sl}_{b}", off, w.bits, p)
                     out.append(f"  const unsigned xb{r}_{i}_{p}_0 = {b0}, xb{r}_{i}_{p}_1 = {b1};")
                     for grp in groups if self.wide else ():  # x on this group's lanes only
                         xb = f"xb{r}_{i}_{p}"
@@ -360,7 +360,7 @@ class MMALowering(_Lowering):
                     for i in range(self.words):
                         v0 = i - i % width
                         comp = "" if width == 1 else "." + "xyzw"[i - v0]
-                        out.append(f"  const unsigned w{h}{j}_{tile}_{i} = w{j}_{tile}{h}v{v0}_{b}{tag}{comp};")
+                        out.append(f"  const unsigned w{h}{j}_{tile}_{i} = w{j}_{tile}{h}v{v0}_{b}{comp};")
                 # per word: int4 -> 8 k (2 MMAs of 4 slots per row); int8 -> 4 k (1 MMA)
                 for i in range(self.words):
                     for p in range(0, pairs, 2):
@@ -373,7 +373,7 @@ class MMALowering(_Lowering):
                 for grp in groups:
                     for h in "ab":
                         at = 0 if self.scale_vector else b
-                        sv, zv = f"s{j}_{tile}{h}_{at}{tag}", f"z{j}_{tile}{h}_{at}{tag}"
+                        sv, zv = f"s{j}_{tile}{h}_{at}", f"z{j}_{tile}{h}_{at}"
                         out.append(f"  const float sc{j}_{tile}{h}{grp} = {convs[grp].format(sv)};")
                         out.append(f"  const float bi{j}_{tile}{h}{grp} = {convs[grp].format(zv)};")
                     for r in range(rt):
