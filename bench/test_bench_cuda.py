@@ -3,8 +3,9 @@ stock MLX and, for bf16, PyTorch's F.linear, in the same run, on the issue's
 model shapes, each timed call streaming the next weight of a pool larger than
 the L2. Each round is one eager call and a synchronisation, so host overhead
 is included (bench/h200.py reports compiled-graph figures beside eager ones).
-Skipped without a CUDA device; not yet run on the H200. The plain-script entry
-with the copy roofline and the correctness matrix is bench/h200.py.
+Skipped without a CUDA device; ran on the H200 on 2026-11-29
+(bench/results/h200-2026-11-29-pytest.json). The plain-script entry with the
+copy roofline and the correctness matrix is bench/h200.py.
 
     python -m pytest bench/test_bench_cuda.py --benchmark-json bench/results/h200-<date>-pytest.json
 """
