@@ -145,3 +145,30 @@ def test_wide_mma_chunks_compile(monkeypatch):
         assert "mA" not in odd
     finally:
         compile_projection.cache_clear()
+
+
+@pytest.mark.parametrize("knobs", [{}, {"BATCH": "4"}, {"WIDE": "1"}, {"BATCH": "2", "TILES": "2"}], ids=str)
+def test_mma_k_split_is_the_same_for_every_row_bucket(monkeypatch, knobs):
+    """Row invariance on CUDA: the K split (warps, chunk size, each warp's range) is
+    part of a row's sum order, so every row bucket of a spec must split K alike -
+    an earlier build tied it to the per-bucket batch and the H200 matrix caught it."""
+    for name, value in knobs.items():
+        monkeypatch.setenv(f"MLX_METILE_CUDA_MMA_{name}", value)
+    q4, q8 = WeightFormat("bf16", 4, 64), WeightFormat("f16", 8, 32)
+    compile_projection.cache_clear()
+    try:
+        for spec in (
+            ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256),
+            ProjectionSpec("f16", (q8,), None, True, k_multiple=64),
+            ProjectionSpec("bf16", (q4, q4, q4), k_multiple=256),
+        ):
+            splits = set()
+            for bucket in (1, 16, 32):
+                art = compile_projection(spec, bucket, "cuda")
+                lines = art.source.splitlines()
+                split = [ln.strip() for ln in lines if ln.strip().startswith(("const int chunks", "const int per_warp"))]
+                assert len(split) == 2, spec.name()
+                splits.add((art.schedule.SG, *split))
+            assert len(splits) == 1, (spec.name(), splits)
+    finally:
+        compile_projection.cache_clear()
