@@ -166,7 +166,9 @@ def test_mma_k_split_is_the_same_for_every_row_bucket(monkeypatch, knobs):
             for bucket in (1, 16, 32):
                 art = compile_projection(spec, bucket, "cuda")
                 lines = art.source.splitlines()
-                split = [ln.strip() for ln in lines if ln.strip().startswith(("const int chunks", "const int per_warp"))]
+                split = [
+                    ln.strip() for ln in lines if ln.strip().startswith(("const int chunks", "const int per_warp"))
+                ]
                 assert len(split) == 2, spec.name()
                 splits.add((art.schedule.SG, *split))
             assert len(splits) == 1, (spec.name(), splits)
