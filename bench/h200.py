@@ -414,10 +414,24 @@ def torch_graph_timing(torch, pool: list, product, rows: int, K: int, nbytes: in
     return {"t": t, "gbs": nbytes / t / 1e9, "timing": timing}
 
 
+_torch_pools: dict = {}
+
+
+def _torch_pool(key: tuple, make) -> list:
+    """One PyTorch weight pool kept across row counts (one at a time: each is ~480 MB)."""
+    if key not in _torch_pools:
+        _torch_pools.clear()
+        _torch_pools[key] = make()
+    return _torch_pools[key]
+
+
 def torch_linear(torch, K, N, rows, nbytes) -> dict:
     """PyTorch F.linear (cuBLAS) on bf16 weights from a pool of the same size."""
     count = max(4, int(POOL_BYTES // nbytes) + 1)
-    pool = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * K**-0.5 for _ in range(count)]
+    pool = _torch_pool(
+        ("bf16", K, N),
+        lambda: [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * K**-0.5 for _ in range(count)],
+    )
     return torch_graph_timing(torch, pool, torch.nn.functional.linear, rows, K, nbytes, "F.linear, CUDA graph replay")
 
 
@@ -429,13 +443,18 @@ def torch_int4(torch, K, N, rows) -> dict:
     group = 64
     nbytes = N * K // 2 + (K // group) * N * 2 * 2
     count = max(4, int(POOL_BYTES // nbytes) + 1)
-    pool = []
-    for _ in range(count):
-        q = torch.randint(0, 16, (N, K), dtype=torch.int32, device="cuda")
-        packed = ((q[:, ::2] << 4) | q[:, 1::2]).to(torch.uint8)  # [N, K/2], as the op takes it
-        scales_zeros = torch.randn(K // group, N, 2, device="cuda", dtype=torch.bfloat16) * 0.01
-        pool.append((torch._convert_weight_to_int4pack(packed, 8), scales_zeros))
-        del q, packed
+
+    def make() -> list:
+        pool = []
+        for _ in range(count):
+            q = torch.randint(0, 16, (N, K), dtype=torch.int32, device="cuda")
+            packed = ((q[:, ::2] << 4) | q[:, 1::2]).to(torch.uint8)  # [N, K/2], as the op takes it
+            scales_zeros = torch.randn(K // group, N, 2, device="cuda", dtype=torch.bfloat16) * 0.01
+            pool.append((torch._convert_weight_to_int4pack(packed, 8), scales_zeros))
+            del q, packed
+        return pool
+
+    pool = _torch_pool(("int4", K, N), make)
 
     def product(x, p):
         return torch._weight_int4pack_mm(x, p[0], group, p[1])
