@@ -40,6 +40,14 @@ def _specs():
 SPECS = list(_specs())
 
 
+@pytest.fixture
+def fresh_kernels():
+    """Kernels compiled under this test's settings, none cached from another's."""
+    compile_projection.cache_clear()
+    yield
+    compile_projection.cache_clear()
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name())
 def test_every_row_bucket_compiles_for_sm90(spec):
     for bucket in (*ROW_BUCKETS, TILED_BUCKET):
@@ -55,27 +63,23 @@ def test_portable_ptx(spec):
     assert f".visible .entry {art.entry}(" in text and ".target sm_75" in text
 
 
-def test_opt_in_tensor_core_variants_compile(monkeypatch):
-    """Fused q/k/v and dense weights on the tensor-core schedule (opt-in until
-    they have run on a GPU) still compile for sm_90."""
+def test_fused_and_dense_tensor_core_variants_compile(fresh_kernels, monkeypatch):
+    """Concatenated q/k/v (the default) and dense weights (opt-in) on the
+    tensor-core schedule compile for sm_90."""
     monkeypatch.setenv("MLX_METILE_CUDA_MMA_FUSED", "1")
     monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", "1")
     monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
-    compile_projection.cache_clear()
     specs = [
         ProjectionSpec("bf16", tuple(WeightFormat("bf16", 4, 64, True, "bf16") for _ in range(3)), k_multiple=64),
         ProjectionSpec("f16", tuple(WeightFormat("f16", 8, 32) for _ in range(2)), "gelu", k_multiple=64),
         ProjectionSpec("bf16", tuple(WeightFormat("bf16") for _ in range(3)), k_multiple=64),
         ProjectionSpec("f16", (WeightFormat("f16", has_bias=True, bias_dtype="f16"),), None, True, k_multiple=32),
     ]
-    try:
-        for spec in specs:
-            for bucket in (1, 8, 32):
-                art = compile_projection(spec, bucket, "cuda")
-                assert art.schedule.kind == "mma", spec.name()
-                assert ptx(art, "sm_90")[:4] == b"\x7fELF"
-    finally:
-        compile_projection.cache_clear()
+    for spec in specs:
+        for bucket in (1, 8, 32):
+            art = compile_projection(spec, bucket, "cuda")
+            assert art.schedule.kind == "mma", spec.name()
+            assert ptx(art, "sm_90")[:4] == b"\x7fELF"
 
 
 MAINLOOPS = [
@@ -87,7 +91,7 @@ MAINLOOPS = [
 
 
 @pytest.mark.parametrize("knobs", MAINLOOPS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
-def test_mma_mainloop_variants_compile(monkeypatch, knobs):
+def test_mma_mainloop_variants_compile(fresh_kernels, monkeypatch, knobs):
     """Every tuning setting of the tensor-core mainloop (batches, tiles, warps)
     compiles for each weight kind. The K split is aligned to 4 chunks exactly
     when K holds whole multiples of 4 groups (whatever the batch, so that all
@@ -106,71 +110,57 @@ def test_mma_mainloop_variants_compile(monkeypatch, knobs):
         (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=64), False),
     ]
     scales = {1: "unsigned short", 2: "unsigned", 4: "uint2"}[batch]
-    compile_projection.cache_clear()
-    try:
-        for spec, aligned in specs:
-            for bucket in (1, 32):
-                art = compile_projection(spec, bucket, "cuda")
-                assert art.schedule.kind == "mma", spec.name()
-                assert (f"/ {art.schedule.SG * 4} * 4;" in art.source) == aligned, spec.name()
-                if spec.weights[0].quantized:
-                    vector = aligned and batch > 1
-                    want = scales if vector else "unsigned short"
-                    assert f"const {want} s0_0a_0 = " in art.source, spec.name()
-                assert ptx(art, "sm_90")[:4] == b"\x7fELF"
-    finally:
-        compile_projection.cache_clear()
+    for spec, aligned in specs:
+        for bucket in (1, 32):
+            art = compile_projection(spec, bucket, "cuda")
+            assert art.schedule.kind == "mma", spec.name()
+            assert (f"/ {art.schedule.SG * 4} * 4;" in art.source) == aligned, spec.name()
+            if spec.weights[0].quantized:
+                vector = aligned and batch > 1
+                want = scales if vector else "unsigned short"
+                assert f"const {want} s0_0a_0 = " in art.source, spec.name()
+            assert ptx(art, "sm_90")[:4] == b"\x7fELF"
 
 
-def test_wide_mma_chunks_compile(monkeypatch):
+def test_wide_mma_chunks_compile(fresh_kernels, monkeypatch):
     """MLX_METILE_CUDA_MMA_WIDE=1: pairs of groups per chunk, 16-byte weight loads
     for 4-bit group 64, x masked per group; falls back where the group count
     may be odd."""
     monkeypatch.setenv("MLX_METILE_CUDA_MMA_WIDE", "1")
     q4 = WeightFormat("bf16", 4, 64)
-    compile_projection.cache_clear()
-    try:
-        for spec in (
-            ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256),
-            ProjectionSpec("f16", (WeightFormat("f16", 8, 32),), None, True, k_multiple=64),
-            ProjectionSpec("bf16", (q4, q4, q4), k_multiple=256),
-        ):
-            for bucket in (1, 32):
-                art = compile_projection(spec, bucket, "cuda")
-                assert "const unsigned mA = t < 2" in art.source, spec.name()
-                assert ptx(art, "sm_90")[:4] == b"\x7fELF"
-        wide = compile_projection(ProjectionSpec("bf16", (q4,), k_multiple=256), 1, "cuda").source
-        assert "const uint4 w0_0av0_0 = " in wide and "2 * (ch0 + 0)" in wide
-        odd = compile_projection(ProjectionSpec("bf16", (q4,), k_multiple=64), 1, "cuda").source
-        assert "mA" not in odd
-    finally:
-        compile_projection.cache_clear()
+    for spec in (
+        ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256),
+        ProjectionSpec("f16", (WeightFormat("f16", 8, 32),), None, True, k_multiple=64),
+        ProjectionSpec("bf16", (q4, q4, q4), k_multiple=256),
+    ):
+        for bucket in (1, 32):
+            art = compile_projection(spec, bucket, "cuda")
+            assert "const unsigned mA = t < 2" in art.source, spec.name()
+            assert ptx(art, "sm_90")[:4] == b"\x7fELF"
+    wide = compile_projection(ProjectionSpec("bf16", (q4,), k_multiple=256), 1, "cuda").source
+    assert "const uint4 w0_0av0_0 = " in wide and "2 * (ch0 + 0)" in wide
+    odd = compile_projection(ProjectionSpec("bf16", (q4,), k_multiple=64), 1, "cuda").source
+    assert "mA" not in odd
 
 
 @pytest.mark.parametrize("knobs", [{}, {"BATCH": "4"}, {"WIDE": "1"}, {"BATCH": "2", "TILES": "2"}], ids=str)
-def test_mma_k_split_is_the_same_for_every_row_bucket(monkeypatch, knobs):
+def test_mma_k_split_is_the_same_for_every_row_bucket(fresh_kernels, monkeypatch, knobs):
     """Row invariance on CUDA: the K split (warps, chunk size, each warp's range) is
     part of a row's sum order, so every row bucket of a spec must split K alike -
     an earlier build tied it to the per-bucket batch and the H200 matrix caught it."""
     for name, value in knobs.items():
         monkeypatch.setenv(f"MLX_METILE_CUDA_MMA_{name}", value)
     q4, q8 = WeightFormat("bf16", 4, 64), WeightFormat("f16", 8, 32)
-    compile_projection.cache_clear()
-    try:
-        for spec in (
-            ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256),
-            ProjectionSpec("f16", (q8,), None, True, k_multiple=64),
-            ProjectionSpec("bf16", (q4, q4, q4), k_multiple=256),
-        ):
-            splits = set()
-            for bucket in (1, 16, 32):
-                art = compile_projection(spec, bucket, "cuda")
-                lines = art.source.splitlines()
-                split = [
-                    ln.strip() for ln in lines if ln.strip().startswith(("const int chunks", "const int per_warp"))
-                ]
-                assert len(split) == 2, spec.name()
-                splits.add((art.schedule.SG, *split))
-            assert len(splits) == 1, (spec.name(), splits)
-    finally:
-        compile_projection.cache_clear()
+    for spec in (
+        ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256),
+        ProjectionSpec("f16", (q8,), None, True, k_multiple=64),
+        ProjectionSpec("bf16", (q4, q4, q4), k_multiple=256),
+    ):
+        splits = set()
+        for bucket in (1, 16, 32):
+            art = compile_projection(spec, bucket, "cuda")
+            lines = art.source.splitlines()
+            split = [ln.strip() for ln in lines if ln.strip().startswith(("const int chunks", "const int per_warp"))]
+            assert len(split) == 2, spec.name()
+            splits.add((art.schedule.SG, *split))
+        assert len(splits) == 1, (spec.name(), splits)
