@@ -22,32 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import h200  # noqa: E402
 
-import mlx_metile as mt  # noqa: E402
 from mlx_metile import ops  # noqa: E402
 from mlx_metile.runtime import compile_projection  # noqa: E402
 
 
 def per_product(fn, x) -> float:
     return h200.timed(lambda: fn(x)) / h200.PRODUCTS_PER_EVAL
-
-
-def products(fmt: str, pool: list):
-    """(mlx_metile, stock) functions computing PRODUCTS_PER_EVAL products over the pool."""
-    n, bits = len(pool), 4 if fmt == "int4" else 8
-
-    def ours(x):
-        return [
-            mt.linear(x, p[0]) if fmt == "bf16" else mt.quantized_linear(x, *p, group_size=64, bits=bits)
-            for p in (pool[i % n] for i in range(h200.PRODUCTS_PER_EVAL))
-        ]
-
-    def stock(x):
-        return [
-            x @ p[0].T if fmt == "bf16" else mx.quantized_matmul(x, *p, transpose=True, group_size=64, bits=bits)
-            for p in (pool[i % n] for i in range(h200.PRODUCTS_PER_EVAL))
-        ]
-
-    return ours, stock
 
 
 def main() -> int:
@@ -65,7 +45,7 @@ def main() -> int:
     for fmt in args.formats:
         pool, nbytes = h200.make_pool(fmt, K, N)
 
-        ours, stock = products(fmt, pool)
+        ours, stock = h200.products(fmt, pool)
         for rows in args.rows:
             x = mx.random.normal((rows, K)).astype(mx.bfloat16)
             t_stock = per_product(mx.compile(stock), x)

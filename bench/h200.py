@@ -462,28 +462,27 @@ def torch_int4(torch, K, N, rows) -> dict:
     return torch_graph_timing(torch, pool, product, rows, K, nbytes, "_weight_int4pack_mm, CUDA graph replay")
 
 
+def product(impl: str, fmt: str, x, p):
+    """One projection of x by pool entry p: mlx_metile's op or stock MLX's."""
+    bits = 4 if fmt == "int4" else 8
+    if impl == "mlx_metile":
+        return mt.linear(x, p[0]) if fmt == "bf16" else mt.quantized_linear(x, *p, group_size=64, bits=bits)
+    return x @ p[0].T if fmt == "bf16" else mx.quantized_matmul(x, *p, transpose=True, group_size=64, bits=bits)
+
+
+def products(fmt: str, pool: list):
+    """(mlx_metile, stock) functions of x computing PRODUCTS_PER_EVAL products, each with the pool's next weight."""
+
+    def over_pool(impl):
+        return lambda x: [product(impl, fmt, x, pool[i % len(pool)]) for i in range(PRODUCTS_PER_EVAL)]
+
+    return over_pool("mlx_metile"), over_pool("stock")
+
+
 def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None):
     x = mx.random.normal((rows, K)).astype(mx.bfloat16)
     r = {}
-    n = len(pool)
-
-    bits = 4 if fmt == "int4" else 8
-
-    def ours(x):
-        outs = []
-        for i in range(PRODUCTS_PER_EVAL):
-            p = pool[i % n]
-            outs.append(mt.linear(x, p[0]) if fmt == "bf16" else mt.quantized_linear(x, *p, group_size=64, bits=bits))
-        return outs
-
-    def stock(x):
-        outs = []
-        for i in range(PRODUCTS_PER_EVAL):
-            p = pool[i % n]
-            outs.append(
-                x @ p[0].T if fmt == "bf16" else mx.quantized_matmul(x, *p, transpose=True, group_size=64, bits=bits)
-            )
-        return outs
+    ours, stock = products(fmt, pool)
 
     if torch_mod is not None and fmt == "bf16":
         r["torch"] = torch_linear(torch_mod, K, N, rows, nbytes)

@@ -54,21 +54,9 @@ def test_cuda_projection(benchmark, shape, fmt, rows, impl):
 
     else:
         x = mx.random.normal((rows, K)).astype(mx.bfloat16)
-        bits = 4 if fmt == "int4" else 8
-
-        def product(p):
-            if impl == "mlx_metile":
-                return (
-                    h200.mt.linear(x, p[0])
-                    if fmt == "bf16"
-                    else h200.mt.quantized_linear(x, *p, group_size=64, bits=bits)
-                )
-            if fmt == "bf16":
-                return x @ p[0].T
-            return mx.quantized_matmul(x, *p, transpose=True, group_size=64, bits=bits)
 
         def call():
-            mx.eval(product(pool[next(counter) % len(pool)]))
+            mx.eval(h200.product(impl, fmt, x, pool[next(counter) % len(pool)]))
 
     benchmark.group = f"{shape} {fmt} rows={rows}"
     benchmark.extra_info.update({"shape": shape, "format": fmt, "rows": rows, "impl": impl, "weight_bytes": nbytes})
