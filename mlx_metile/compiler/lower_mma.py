@@ -181,6 +181,9 @@ class MMALowering(_Lowering):
         self.slices = self.quarter // 8  # 16-byte slices of x per lane per chunk
         w = spec.weights[0]
         self.words = self.quarter * w.bits // 32 if w.quantized else 0  # packed words per lane and column
+        # the lane's words are consecutive and aligned to their count: loaded 1, 2 or 4 at a time
+        self.word_width = min(self.words, 4)
+        self.word_vector = {1: "unsigned", 2: "uint2", 4: "uint4"}.get(self.word_width)
         # the K split: warps' chunk ranges start at multiples of SPLIT_ALIGN when K
         # holds whole multiples of it - a property of the spec alone, so every row
         # bucket splits K alike (a row's sum order must not depend on the row count)
@@ -203,7 +206,7 @@ class MMALowering(_Lowering):
             for h in "ab":
                 col = f"n{tile}{h}"
                 lines.append(f"const int {col} = pid0 * {self.s.BN} + {TILE * tile} + g{' + 8' if h == 'b' else ''};")
-        seen: set[int] = set()
+        seen: set[tuple[int, int, str]] = set()
         for j in range(nacc):
             members = self.members(j)
             for tile in range(self.tiles):
@@ -255,9 +258,8 @@ class MMALowering(_Lowering):
 
                         out.append(Load("uint4", f"w{j}_{tile}{h}_{b}", *self.select(j, tile, h, dense, live)))
                         continue
-                    # the lane's words are consecutive and aligned to their count: 4, 8 or 16-byte loads
-                    vec, width = {1: ("unsigned", 1), 2: ("uint2", 2)}.get(self.words, ("uint4", 4))
-                    for v0 in range(0, self.words, width):
+                    vec = self.word_vector
+                    for v0 in range(0, self.words, self.word_width):
 
                         def packed(i, local, v0=v0, words_row=f"(K / {32 // w.bits})"):
                             return f"w{i} + {local} * {words_row} + ({kq}) / {32 // w.bits} + {v0}"
@@ -336,7 +338,6 @@ class MMALowering(_Lowering):
                     for grp in groups if self.wide else ():  # x on this group's lanes only
                         xb = f"xb{r}_{i}_{p}"
                         out.append(f"  const unsigned {xb}{grp}_0 = {xb}_0 & m{grp}, {xb}{grp}_1 = {xb}_1 & m{grp};")
-        width = min(self.words, 4)
         to_float = {"bf16": "__uint_as_float((unsigned){} << 16)", "f16": "__half2float(__ushort_as_half({}))"}
 
         def half(part: str, high: bool) -> dict[str, str]:
@@ -358,8 +359,8 @@ class MMALowering(_Lowering):
                     out.append(f"  float {c}{grp}[{rt}][4] = {{}};")
                 for h in "ab":
                     for i in range(self.words):
-                        v0 = i - i % width
-                        comp = "" if width == 1 else "." + "xyzw"[i - v0]
+                        v0 = i - i % self.word_width
+                        comp = "" if self.word_width == 1 else "." + "xyzw"[i - v0]
                         out.append(f"  const unsigned w{h}{j}_{tile}_{i} = w{j}_{tile}{h}v{v0}_{b}{comp};")
                 # per word: int4 -> 8 k (2 MMAs of 4 slots per row); int8 -> 4 k (1 MMA)
                 for i in range(self.words):
