@@ -78,3 +78,4 @@ class KernelDef:
     helpers: list[str]  # names of preamble helpers used (e.g. "erf", "silu")
     threads_per_group: int
     notes: list[str] = field(default_factory=list)  # schedule summary for the header comment
+    min_groups: int = 0  # CUDA: blocks per SM to fit (caps registers), 0 for none

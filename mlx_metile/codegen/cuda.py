@@ -28,30 +28,51 @@ __device__ __forceinline__ void metile_mma_f16(float* c, unsigned a0, unsigned a
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-// nibbles q and q+4 of w as a bf16x2 / f16x2 pair of exact integers: the nibble is
-// OR-ed into the mantissa of 128 (bf16) or 1024 (f16), which is then subtracted
+// The packed integers as bf16x2 / f16x2 pairs for the MMA's A operand, offset by
+// a constant (metile_q_offset in lower_mma): nibbles q and q+4 (bytes q and q+2) of
+// w are OR-ed into the mantissa of 128 (bf16) or 1024 (f16), so a pair is 128 + q
+// (1024 + q), exact. One LOP3 with both constants (the compiler would split
+// (a & m) | c into two); the offset comes back out once per group, in f32:
+// s * sum((o + q) x) + (b - o s) * sum(x) = s * sum(q x) + b * sum(x).
+__device__ __forceinline__ unsigned metile_and_or(unsigned a, unsigned mask, unsigned magic) {
+  unsigned d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(mask), "r"(magic));
+  return d;
+}
 __device__ __forceinline__ unsigned metile_q4_bf16(unsigned w, int q) {
-  const unsigned v = ((w >> (4 * q)) & 0x000F000Fu) | 0x43004300u;
-  __nv_bfloat162 h = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), __floats2bfloat162_rn(128.0f, 128.0f));
-  return *reinterpret_cast<const unsigned*>(&h);
+  return metile_and_or(w >> (4 * q), 0x000F000Fu, 0x43004300u);
 }
 __device__ __forceinline__ unsigned metile_q4_f16(unsigned w, int q) {
-  const unsigned v = ((w >> (4 * q)) & 0x000F000Fu) | 0x64006400u;
-  __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&v), __floats2half2_rn(1024.0f, 1024.0f));
-  return *reinterpret_cast<const unsigned*>(&h);
+  return metile_and_or(w >> (4 * q), 0x000F000Fu, 0x64006400u);
 }
-// bytes q and q+2 of w (8-bit values: bf16 holds them exactly, but 128 + q does not fit its mantissa)
+__device__ __forceinline__ unsigned metile_q8_f16(unsigned w, int q) {
+  return metile_and_or(w >> (8 * q), 0x00FF00FFu, 0x64006400u);
+}
+// bytes q and q+2 of w, exact and without offset (128 + q does not fit bf16's mantissa)
 __device__ __forceinline__ unsigned metile_q8_bf16(unsigned w, int q) {
   const float lo = __uint_as_float(0x4B000000u | ((w >> (8 * q)) & 0xFFu)) - 8388608.0f;
   const float hi = __uint_as_float(0x4B000000u | ((w >> (8 * q + 16)) & 0xFFu)) - 8388608.0f;
   __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const unsigned*>(&h);
-}
-__device__ __forceinline__ unsigned metile_q8_f16(unsigned w, int q) {
-  const unsigned v = ((w >> (8 * q)) & 0x00FF00FFu) | 0x64006400u;
-  __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&v), __floats2half2_rn(1024.0f, 1024.0f));
-  return *reinterpret_cast<const unsigned*>(&h);
 }"""
+
+
+# Asynchronous global -> shared copies (sm_80+) of the staged tensor-core schedule
+# (lower_mma_staged.py): `ok` false copies nothing and zero-fills the destination.
+CP_ASYNC_HELPERS = """__device__ __forceinline__ void metile_cp16(void* dst, const void* src, bool ok) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void metile_cp_small(void* dst, const void* src, bool ok) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(d), "l"(src), "n"(N), "r"(ok ? N : 0) : "memory");
+}
+__device__ __forceinline__ void metile_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void metile_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }"""
+
+LOCAL_HELPERS = {"cuda_mma": MMA_HELPERS, "cuda_cp_async": CP_ASYNC_HELPERS}
 
 
 class CUDARenderer(CStyleRenderer):
@@ -96,9 +117,9 @@ class CUDARenderer(CStyleRenderer):
         return ["#include <cuda_fp16.h>", "#include <cuda_bf16.h>", WARP_SUM]
 
     def helpers(self, names: list[str]) -> list[str]:
-        generic = [n for n in names if n != "cuda_mma"]
+        generic = [n for n in names if n not in LOCAL_HELPERS]
         out = [h.replace("inline float", "__device__ __forceinline__ float") for h in super().helpers(generic)]
-        return out + ([MMA_HELPERS] if "cuda_mma" in names else [])
+        return out + [LOCAL_HELPERS[n] for n in LOCAL_HELPERS if n in names]
 
     def signature(self, k: KernelDef) -> str:
         inputs = [p for p in k.params if p.kind == "buffer" and not p.output]
@@ -110,4 +131,5 @@ class CUDARenderer(CStyleRenderer):
         params += [f"{self.types[p.dtype]}* __restrict__ {p.name}" for p in outputs]
         params += [f"int {p.name}" for p in scalars]
         joined = ",\n    ".join(params)
-        return f'extern "C" __global__ void __launch_bounds__({k.threads_per_group}) {k.name}(\n    {joined})'
+        bounds = f"{k.threads_per_group}, {k.min_groups}" if k.min_groups else f"{k.threads_per_group}"
+        return f'extern "C" __global__ void __launch_bounds__({bounds}) {k.name}(\n    {joined})'

@@ -57,12 +57,21 @@ MAX_PARTIALS = 8  # accumulator tiles (x 4 floats) one lane may hold: tiles x ro
 # loads. Overridable for tuning runs with MLX_METILE_CUDA_MMA_{WARPS,WIDE,BATCH,TILES}.
 # From the H200 sweeps of 2026-11-29 (bench/results/h200-sweep-mma2-2026-11-29.json).
 SHARED = {"warps": 4, "wide": 0}
+# `minblocks` (staged schedule only): blocks per SM the compiler must fit, capping
+# registers - 4 at <= 8 rows (+4-13% on the H200 for 4-bit weights), none above,
+# where the cap spills (bench/results/h200-ab-2026-11-29-session4.json).
 DEFAULTS = {
-    8: {"batch": 2, "tiles": 1},
-    16: {"batch": 1, "tiles": 1},
-    32: {"batch": 1, "tiles": 1},
+    8: {"batch": 2, "tiles": 1, "minblocks": 4},
+    16: {"batch": 1, "tiles": 1, "minblocks": 0},
+    32: {"batch": 1, "tiles": 1, "minblocks": 0},
 }
-ALLOWED = {"warps": (1, 2, 4, 8, 16), "batch": (1, 2, 4), "tiles": (1, 2, 4), "wide": (0, 1)}
+ALLOWED = {
+    "warps": (1, 2, 4, 8, 16),
+    "batch": (1, 2, 4),
+    "tiles": (1, 2, 4),
+    "wide": (0, 1),
+    "minblocks": tuple(range(9)),
+}
 SPLIT_ALIGN = 4  # chunks: each warp's range starts at a multiple of this where K allows
 
 
@@ -148,6 +157,10 @@ def chunk_k(spec: ProjectionSpec) -> int:
         return 32
     return 2 * w.group_size if wide(spec) else w.group_size
 
+
+# What the integer helpers (codegen/cuda.py metile_q*_*) add to each q: the
+# mantissa trick's base (128 for bf16, 1024 for f16); int8 as bf16 has none.
+Q_OFFSET = {(4, "bf16"): 128, (4, "f16"): 1024, (8, "f16"): 1024}
 
 # bf16 / f16 pairs of 1.0: the A operand that turns an MMA into sums of x
 ONES = {"bf16": "0x3F803F80u", "f16": "0x3C003C00u"}
@@ -240,13 +253,23 @@ class MMALowering(_Lowering):
     def chunk_loads(self, b: int, ch: str, live: str | None, nacc: int) -> list[Load]:
         """Every load of chunk `ch` (a C expression) of a batch, zero where its
         condition is false."""
-        spec, ck, quarter = self.spec, self.ck, self.quarter
-        kq = f"({ch}) * {ck} + t * {quarter}"
+        return self.x_loads(b, ch, live) + self.weight_loads(b, ch, live, nacc)
+
+    def x_loads(self, b: int, ch: str, live: str | None) -> list[Load]:
+        """The lane's x: per row tile, its quarter of the chunk in 16-byte slices."""
+        kq = f"({ch}) * {self.ck} + t * {self.quarter}"
         out = []
         for r in range(self.rt):
             cond = f"xok{r}" if live is None else f"{live} && xok{r}"
             for sl in range(self.slices):
                 out.append(Load("uint4", f"xv{r}_{sl}_{b}", cond, f"x + xrow{r} * K + {kq} + {8 * sl}"))
+        return out
+
+    def weight_loads(self, b: int, ch: str, live: str | None, nacc: int) -> list[Load]:
+        """The lane's weights (and scales, biases) of chunk `ch`, from global memory."""
+        spec, ck, quarter = self.spec, self.ck, self.quarter
+        kq = f"({ch}) * {ck} + t * {quarter}"
+        out = []
         w = spec.weights[0]
         for j in range(nacc):
             for tile in range(self.tiles):
@@ -347,6 +370,7 @@ class MMALowering(_Lowering):
                 "f16": f"__half2float(__ushort_as_half((unsigned short){bits}))",
             }
 
+        offset = Q_OFFSET.get((w.bits, act), 0)
         convs = {"": to_float.get(w.dtype, "{}")}
         if self.scale_vector:  # chunk b's 16-bit half of the batch's vector
             convs = {"": half("" if self.batch == 2 else "." + "xyzw"[b // 2], b % 2 == 1)[w.dtype]}
@@ -376,7 +400,10 @@ class MMALowering(_Lowering):
                         at = 0 if self.scale_vector else b
                         sv, zv = f"s{j}_{tile}{h}_{at}", f"z{j}_{tile}{h}_{at}"
                         out.append(f"  const float sc{j}_{tile}{h}{grp} = {convs[grp].format(sv)};")
-                        out.append(f"  const float bi{j}_{tile}{h}{grp} = {convs[grp].format(zv)};")
+                        bias = convs[grp].format(zv)
+                        if offset:  # the A operand held offset + q: take offset * s off the bias
+                            bias = f"fmaf({-float(offset)}f, sc{j}_{tile}{h}{grp}, {bias})"
+                        out.append(f"  const float bi{j}_{tile}{h}{grp} = {bias};")
                     for r in range(rt):
                         for e in range(4):
                             h = f"{j}_{tile}{'a' if e < 2 else 'b'}{grp}"
@@ -420,6 +447,11 @@ class MMALowering(_Lowering):
             + ["}"]
         )
 
+    def reduction_buffer(self, body: list, nacc: int) -> None:
+        """`red[warp][acc][tile][row tile][element][lane]`: the warps' partial sums."""
+        s = self.s
+        body.append(Decl("f32", "red", None, dims=(s.SG, nacc, self.tiles, self.rt, 4, 32), shared=True))
+
     # -- the kernel -------------------------------------------------------------
     def lower(self) -> KernelDef:
         s, spec = self.s, self.spec
@@ -456,7 +488,7 @@ class MMALowering(_Lowering):
         body.append(Raw(lines))
 
         # warps' partial sums, added in warp order; warp 0 finishes
-        body.append(Decl("f32", "red", None, dims=(s.SG, nacc, tiles, rt, 4, 32), shared=True))
+        self.reduction_buffer(body, nacc)
         store = []
         for j in range(nacc):
             for tile in range(tiles):
@@ -493,4 +525,7 @@ class MMALowering(_Lowering):
 def lower_mma(program, schedule, divisors, vector_buffers, spec: ProjectionSpec) -> KernelDef:
     if not mma_supported(spec):
         raise LowerError(f"{program.name}: not supported by the mma schedule")
-    return MMALowering(program, schedule, divisors, vector_buffers, spec).lower()
+    from .lower_mma_staged import StagedMMALowering, staged
+
+    cls = StagedMMALowering if staged(spec, schedule) else MMALowering
+    return cls(program, schedule, divisors, vector_buffers, spec).lower()

@@ -100,6 +100,7 @@ def test_mma_mainloop_variants_compile(fresh_kernels, monkeypatch, knobs):
     for name, value in knobs.items():
         monkeypatch.setenv(f"MLX_METILE_CUDA_MMA_{name}", value)
     monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", "1")
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_STAGED", "0")  # the direct loads' mainloop
     q4, q8 = WeightFormat("bf16", 4, 64), WeightFormat("f16", 8, 32)
     batch = int(knobs["BATCH"])
     specs = [  # (spec, whether the K split is aligned)
@@ -143,7 +144,11 @@ def test_wide_mma_chunks_compile(fresh_kernels, monkeypatch):
     assert "mA" not in odd
 
 
-@pytest.mark.parametrize("knobs", [{}, {"BATCH": "4"}, {"WIDE": "1"}, {"BATCH": "2", "TILES": "2"}], ids=str)
+@pytest.mark.parametrize(
+    "knobs",
+    [{}, {"GROUPS": "8"}, {"STAGED": "0"}, {"STAGED": "0", "BATCH": "4"}, {"WIDE": "1"}, {"BATCH": "2", "TILES": "2"}],
+    ids=str,
+)
 def test_mma_k_split_is_the_same_for_every_row_bucket(fresh_kernels, monkeypatch, knobs):
     """Row invariance on CUDA: the K split (warps, chunk size, each warp's range) is
     part of a row's sum order, so every row bucket of a spec must split K alike -
@@ -164,3 +169,47 @@ def test_mma_k_split_is_the_same_for_every_row_bucket(fresh_kernels, monkeypatch
             assert len(split) == 2, spec.name()
             splits.add((art.schedule.SG, *split))
         assert len(splits) == 1, (spec.name(), splits)
+
+
+STAGED_SPECS = [  # (spec, groups per stage by default, or 0: not staged)
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64, True, "bf16"),) * 2, "swiglu", k_multiple=256), 4),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 32),), k_multiple=256), 8),
+    (ProjectionSpec("f16", (WeightFormat("f16", 4, 128),), None, True, k_multiple=256), 2),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),) * 2, "swiglu", k_multiple=256), 2),
+    (ProjectionSpec("f16", (WeightFormat("f16", 8, 32),), k_multiple=128), 4),
+    (ProjectionSpec("f16", (WeightFormat("f32", 4, 32),), k_multiple=256), 4),  # f32 scales: 16 bytes a column
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64),) * 3, k_multiple=256), 4),  # fused q/k/v
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 32),), k_multiple=64), 2),  # fewer groups: K holds 2
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64),), k_multiple=64), 0),  # K may not hold a stage
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 128),) * 2, "swiglu", k_multiple=256), 0),  # over shared memory
+]
+
+
+@pytest.mark.parametrize("spec,groups", STAGED_SPECS, ids=lambda v: v.name() if hasattr(v, "name") else str(v))
+def test_staged_mma_kernels_compile(fresh_kernels, monkeypatch, spec, groups):
+    """The staged tensor-core schedule (cp.async ring per warp) is the default for
+    4/8-bit weights wherever K holds whole stages and the rings fit; every row
+    bucket compiles for sm_90 with the same K split."""
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    splits = set()
+    for bucket in (1, 16, 32):
+        art = compile_projection(spec, bucket, "cuda")
+        assert art.schedule.kind == "mma", spec.name()
+        assert ("metile_cp16(" in art.source) == bool(groups), spec.name()
+        if groups:
+            assert f"const int ch0 = c_begin + st * {groups};" in art.source, spec.name()
+            assert ("__launch_bounds__(128, 4)" in art.source) == (bucket <= 8), spec.name()
+        lines = [ln.strip() for ln in art.source.splitlines()]
+        splits.add(tuple(ln for ln in lines if ln.startswith(("const int chunks", "const int per_warp"))))
+        assert ptx(art, "sm_90")[:4] == b"\x7fELF"
+    assert len(splits) == 1, splits
+
+
+def test_staged_settings_are_checked(fresh_kernels, monkeypatch):
+    spec = STAGED_SPECS[0][0]
+    for var, bad in (("GROUPS", "3"), ("STAGES", "9"), ("MINBLOCKS", "x")):
+        monkeypatch.setenv(f"MLX_METILE_CUDA_MMA_{var}", bad)
+        with pytest.raises(ValueError, match=f"MLX_METILE_CUDA_MMA_{var}"):
+            compile_projection(spec, 1, "cuda")
+        monkeypatch.delenv(f"MLX_METILE_CUDA_MMA_{var}")
+        compile_projection.cache_clear()

@@ -1,0 +1,234 @@
+"""A/B timing of generated CUDA kernels without MLX: writes one .cu file that
+holds several variants (settings) of one projection's kernel and a main()
+that times each on a pool of weight sets larger than L2, and compares every
+variant's output with the first variant's (the reference: the schedule that
+passed the MLX correctness matrix on the GPU).
+
+    python bench/cuda_probe/generated_harness.py OUT.cu --format q4g64 --epilogue swiglu \\
+        --variant default= --variant staged0=MLX_METILE_CUDA_MMA_STAGED=0
+    nvcc -O3 -arch=sm_90 -o harness OUT.cu && ./harness   # on the GPU machine
+
+Prints one JSON line per variant and row count: median microseconds, effective
+weight GB/s, and the largest difference from the reference relative to its
+largest magnitude. Used to pick schedules before the MLX-based runs
+(bench/h200.py), which remain the measurements the README quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from mlx_metile.compiler.schedule import row_bucket  # noqa: E402
+from mlx_metile.runtime import compile_projection  # noqa: E402
+from mlx_metile.spec import ProjectionSpec, WeightFormat  # noqa: E402
+
+MAIN = r"""
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+__global__ void fill_bits(unsigned* p, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    unsigned v = (unsigned)i * 2654435761u ^ seed;
+    v ^= v >> 15; v *= 2246822519u; v ^= v >> 13; v *= 3266489917u; v ^= v >> 16;
+    p[i] = v;
+  }
+}
+// bf16 values lo + (hi - lo) * u, u from the hash
+__global__ void fill_bf16(__nv_bfloat16* p, size_t n, unsigned seed, float lo, float hi) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    unsigned v = (unsigned)i * 2654435761u ^ seed;
+    v ^= v >> 15; v *= 2246822519u; v ^= v >> 13;
+    p[i] = __float2bfloat16(lo + (hi - lo) * (v & 0xFFFFFF) / 16777216.0f);
+  }
+}
+
+static void* alloc_bits(size_t bytes, unsigned seed) {
+  void* p; cudaMalloc(&p, bytes);
+  fill_bits<<<1024, 256>>>((unsigned*)p, bytes / 4, seed);
+  return p;
+}
+static void* alloc_bf16(size_t n, unsigned seed, float lo, float hi) {
+  void* p; cudaMalloc(&p, n * 2);
+  fill_bf16<<<1024, 256>>>((__nv_bfloat16*)p, n, seed, lo, hi);
+  return p;
+}
+static float bf2f(unsigned short h) { unsigned u = (unsigned)h << 16; float f; memcpy(&f, &u, 4); return f; }
+
+int main() {
+  const int K = @K@, rows_list[] = {@ROWS@};
+  const int N[] = {@NS@};
+  const int POOL = @POOL@;
+  std::vector<std::vector<void*>> sets(POOL);
+  for (int p = 0; p < POOL; ++p) {
+@ALLOC@
+  }
+  void* x = alloc_bf16((size_t)32 * K, 7u, -1.0f, 1.0f);
+  void* y; cudaMalloc(&y, (size_t)32 * @NOUT@ * 2);
+  std::vector<unsigned short> ref((size_t)32 * @NOUT@), got(ref.size());
+  const double bytes = @BYTES@;
+  cudaEvent_t ev[41];
+  for (auto& e : ev) cudaEventCreate(&e);
+  for (int rows : rows_list) {
+@VARIANTS@
+  }
+  return 0;
+}
+"""
+
+VARIANT = r"""
+    {  // variant @NAME@
+      auto launch = [&](int p) {
+        @ENTRY@<<<dim3(@GX@, (rows + @BM@ - 1) / @BM@, 1), dim3(@TX@, 1, 1)>>>(@ARGS@);
+      };
+      for (int i = 0; i < 2 * POOL; ++i) launch(i % POOL);
+      cudaEventRecord(ev[0]);
+      for (int i = 0; i < 40; ++i) { launch(i % POOL); cudaEventRecord(ev[i + 1]); }
+      cudaEventSynchronize(ev[40]);
+      std::vector<float> ms;
+      for (int i = 0; i < 40; ++i) { float m; cudaEventElapsedTime(&m, ev[i], ev[i + 1]); ms.push_back(m); }
+      std::sort(ms.begin(), ms.end());
+      launch(0);
+      cudaMemcpy(@FIRST@ ? ref.data() : got.data(), y, (size_t)rows * @NOUT@ * 2, cudaMemcpyDeviceToHost);
+      double diff = 0, mag = 0;
+      for (size_t i = 0; i < (size_t)rows * @NOUT@; ++i) {
+        const double r = bf2f(ref[i]), v = @FIRST@ ? r : bf2f(got[i]);
+        diff = std::max(diff, std::fabs(v - r)); mag = std::max(mag, std::fabs(r));
+      }
+      const double us = ms[20] * 1e3;
+      printf("{\"variant\": \"@NAME@\", \"rows\": %d, \"us\": %.2f, \"GBps\": %.0f, \"rel_diff\": %.3g, \"error\": \"%s\"}\n",
+             rows, us, bytes / (us * 1e3), mag > 0 ? diff / mag : diff, cudaGetErrorString(cudaGetLastError()));
+      fflush(stdout);
+    }
+"""
+
+
+def parse_format(text: str) -> tuple[int, int]:
+    m = re.fullmatch(r"q([48])g(32|64|128)", text)
+    if not m:
+        raise SystemExit(f"--format: expected q4g64 style, got {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--format", default="q4g64")
+    ap.add_argument("--epilogue", choices=("none", "swiglu"), default="swiglu")
+    ap.add_argument("--k", type=int, default=4096)
+    ap.add_argument("--n", type=int, default=14336)
+    ap.add_argument("--rows", default="1,2,4,8,16,32")
+    ap.add_argument("--pool", type=int, default=8)
+    ap.add_argument("--variant", action="append", required=True, help="NAME=VAR=v;VAR=v (empty: defaults)")
+    args = ap.parse_args()
+    bits, group = parse_format(args.format)
+    nw = 2 if args.epilogue == "swiglu" else 1
+    spec = ProjectionSpec(
+        "bf16",
+        tuple(WeightFormat("bf16", bits, group, False, "bf16") for _ in range(nw)),
+        "swiglu" if nw == 2 else None,
+        False,
+        k_multiple=256,
+    )
+    rows = [int(r) for r in args.rows.split(",")]
+    K, N = args.k, args.n
+    alloc, params = [], None
+    sources, variants = [], []
+    saved = {k: v for k, v in os.environ.items() if k.startswith("MLX_METILE_CUDA_MMA")}
+    for vi, text in enumerate(args.variant):
+        name, _, settings = text.partition("=")
+        for k in [k for k in os.environ if k.startswith("MLX_METILE_CUDA_MMA")]:
+            del os.environ[k]
+        for item in filter(None, settings.split(";")):
+            k, _, v = item.partition("=")
+            os.environ[k] = v
+        compile_projection.cache_clear()  # kernels are cached per spec, not per setting
+        for bucket in sorted({max(8, row_bucket(r)) for r in rows}):
+            art = compile_projection(spec, bucket, "cuda")
+            entry = f"{art.entry}_v{vi}"
+            # each variant in its own namespace: their helpers share names
+            body_src = art.source.replace("#include <cuda_fp16.h>", "").replace("#include <cuda_bf16.h>", "")
+            sources.append(f"namespace v{vi}_{bucket} {{\n{body_src.replace(art.entry, entry)}\n}}")
+            entry = f"v{vi}_{bucket}::{entry}"
+            params = art.params
+            args_c = []
+            for p in art.params:
+                if p.kind == "scalar":
+                    args_c.append({"M": "rows", "K": "K"}.get(p.name, p.name.replace("N", "N[") + "]"))
+                elif p.output:
+                    args_c.append(f"({ {'bf16': '__nv_bfloat16'}[p.dtype] }*)y")
+                elif p.name == "x":
+                    args_c.append("(const __nv_bfloat16*)x")
+                else:
+                    idx = [q.name for q in art.params if q.kind == "buffer" and not q.output and q.name != "x"].index(
+                        p.name
+                    )
+                    ctype = {"u32": "unsigned", "bf16": "__nv_bfloat16"}[p.dtype]
+                    args_c.append(f"(const {ctype}*)sets[p][{idx}]")
+            cond = " || ".join(f"rows <= {b}" for b in [bucket]) if bucket < 32 else "true"
+            variants.append((name, bucket, cond, entry, art.grid(1, N)[0], art.threads_per_group[0], ", ".join(args_c)))
+    for k in [k for k in os.environ if k.startswith("MLX_METILE_CUDA_MMA")]:
+        del os.environ[k]
+    os.environ.update(saved)
+    wbytes = 0
+    for p in params:
+        if p.kind != "buffer" or p.output or p.name == "x":
+            continue
+        i = int(p.name[-1])
+        if p.name.startswith("w"):
+            n, seed, bytes_ = (
+                f"(size_t)N[{i}] * K / {32 // bits}",
+                f"{i * 4 + 1}u + p * 977u",
+                f"(size_t)N[{i}] * K * {bits} / 8",
+            )
+            alloc.append(f"    sets[p].push_back(alloc_bits({bytes_}, {seed}));")
+            wbytes += N * K * bits // 8
+        elif p.name.startswith(("scales", "biases")):
+            n = f"(size_t)N[{i}] * (K / {group})"
+            lo, hi = ("0.001f", "0.01f") if p.name.startswith("scales") else ("-0.05f", "0.05f")
+            alloc.append(f"    sets[p].push_back(alloc_bf16({n}, {i * 4 + 2}u + p * 977u, {lo}, {hi}));")
+            wbytes += N * (K // group) * 2
+        else:
+            alloc.append(f"    sets[p].push_back(alloc_bf16((size_t)N[{i}], 3u, 0.0f, 0.0f));")
+    body = []
+    for vi, (name, bucket, _, entry, gx, tx, args_c) in enumerate(variants):
+        lo = max([0] + [b for (nm, b, *_r) in variants if nm == name and b < bucket])
+        first = "true" if vi < len({b for (_, b, *_r) in variants}) else "false"
+        text = VARIANT
+        for key, val in {
+            "@NAME@": f"{name} m{bucket}",
+            "@ENTRY@": entry,
+            "@GX@": str(gx),
+            "@BM@": str(bucket),
+            "@TX@": str(tx),
+            "@ARGS@": args_c,
+            "@FIRST@": first,
+            "@NOUT@": "N[0]",
+        }.items():
+            text = text.replace(key, val)
+        body.append(f"    if (rows > {lo} && rows <= {bucket}) {text}")
+    main_src = MAIN
+    for key, val in {
+        "@K@": str(K),
+        "@ROWS@": ", ".join(map(str, rows)),
+        "@NS@": ", ".join([str(N)] * nw),
+        "@POOL@": str(args.pool),
+        "@ALLOC@": "\n".join(alloc),
+        "@NOUT@": "N[0]",
+        "@BYTES@": f"{float(wbytes)}",
+        "@VARIANTS@": "\n".join(body),
+    }.items():
+        main_src = main_src.replace(key, val)
+    head = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cstring>\n"
+    Path(args.out).write_text(head + "\n".join(sources) + main_src)
+
+
+if __name__ == "__main__":
+    main()
