@@ -43,6 +43,7 @@ ROWS = [1, 2, 3, 4, 8, 16, 32]
 MAX_ROWS_CHECKED = 100  # correctness and row invariance up to here (>32: the tiled schedule)
 POOL_BYTES = 480 << 20  # 8x the H200's 60 MB L2
 PRODUCTS_PER_EVAL = 64
+MODES = ["eager", "compiled"]  # eager: the graph built in Python per evaluation; compiled: mx.compile
 
 
 def f64(a):
@@ -493,7 +494,8 @@ def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None):
             r["torch_error"] = repr(e)
     # eager: the graph is built in Python for every evaluation (host overhead included);
     # compiled: mx.compile replays it, so the time is the kernels'
-    for mode, wrap in (("eager", lambda f: f), ("compiled", mx.compile)):
+    for mode in MODES:
+        wrap = mx.compile if mode == "compiled" else (lambda f: f)
         fo, fs = wrap(ours), wrap(stock)
         t_ours = timed(lambda fo=fo: fo(x)) / PRODUCTS_PER_EVAL
         t_stock = timed(lambda fs=fs: fs(x)) / PRODUCTS_PER_EVAL
@@ -554,12 +556,23 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--correctness", choices=["full", "quick", "grad", "none"], default="full")
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES))
+    ap.add_argument("--formats", nargs="*", default=["bf16", "int4", "int8"])
+    ap.add_argument(
+        "--products-per-eval",
+        type=int,
+        default=PRODUCTS_PER_EVAL,
+        help="products per mx.eval (a model's decode step evaluates a few hundred projections at once)",
+    )
+    ap.add_argument("--modes", nargs="*", default=list(MODES), choices=list(MODES))
     ap.add_argument(
         "--mma-opt-in",
         action="store_true",
         help="also put fused q/k/v and dense weights on the tensor-core schedule (MLX_METILE_CUDA_MMA_FUSED/_DENSE)",
     )
     args = ap.parse_args()
+    global PRODUCTS_PER_EVAL
+    PRODUCTS_PER_EVAL = args.products_per_eval
+    MODES[:] = [m for m in MODES if m in args.modes]
     if args.mma_opt_in:
         os.environ["MLX_METILE_CUDA_MMA_FUSED"] = "1"
         os.environ["MLX_METILE_CUDA_MMA_DENSE"] = "1"
@@ -572,6 +585,7 @@ def main() -> int:
         "device_info": {k: str(v) for k, v in mx.device_info().items()},
         "platform": platform.platform(),
         "mma_opt_in": args.mma_opt_in,
+        "products_per_eval": PRODUCTS_PER_EVAL,
         "python": sys.version.split()[0],
     }
     if args.correctness != "none":
@@ -602,7 +616,7 @@ def main() -> int:
     report["cases"] = []
     for shape_name in args.shapes:
         K, N = SHAPES[shape_name]
-        for fmt in ("bf16", "int4", "int8"):
+        for fmt in args.formats:
             pool, nbytes = make_pool(fmt, K, N)
             for rows in rows_list:
                 try:
