@@ -551,6 +551,7 @@ def bench_fused(K, N_q, N_kv, N_ff, rows):
 
 
 def main() -> int:
+    global PRODUCTS_PER_EVAL
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
@@ -570,7 +571,6 @@ def main() -> int:
         help="also put fused q/k/v and dense weights on the tensor-core schedule (MLX_METILE_CUDA_MMA_FUSED/_DENSE)",
     )
     args = ap.parse_args()
-    global PRODUCTS_PER_EVAL
     PRODUCTS_PER_EVAL = args.products_per_eval
     MODES[:] = [m for m in MODES if m in args.modes]
     if args.mma_opt_in:
