@@ -8,7 +8,10 @@
 #    with the default settings.
 # Each step writes under OUTDIR and is bounded, so a slow one cannot eat the others;
 # the benchmark keeps every finished case if its time runs out.
-# (Sweeps of the tensor-core settings: bench/cuda_sweep.py --settings ...)
+# (Sweeps of the tensor-core settings: bench/cuda_sweep.py --settings ...; MLX-free A/B of
+# generated kernels: bench/cuda_probe/run_ab.sh; the Llama shapes at a decode step's batching:
+#   python3 bench/h200.py --out OUT.json --correctness none --products-per-eval 256 --modes compiled \
+#     --shapes llama8b_gateup_4096x14336 llama8b_down_14336x4096 llama8b_qkvo_4096x4096)
 set -uo pipefail
 out=${1:?usage: h200_checks.sh OUTDIR [full|quick]}
 matrix=${2:-full}

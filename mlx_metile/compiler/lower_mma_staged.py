@@ -83,15 +83,18 @@ def ring_stages(spec: ProjectionSpec, warps: int) -> int:
 
 def staged(spec: ProjectionSpec, schedule) -> bool:
     """Quantized weights, one 16-column tile per block, K a whole number of
-    stages, two or more stages fitting shared memory; MLX_METILE_CUDA_MMA_STAGED=0
-    turns it off (the direct loads of lower_mma)."""
+    stages, a column's stage at most 512 bytes (one warp-wide copy) with its
+    scales in one copy of at most 16 bytes, two or more stages fitting shared
+    memory; MLX_METILE_CUDA_MMA_STAGED=0 turns it off (the direct loads of lower_mma)."""
     w = spec.weights[0]
+    if os.environ.get("MLX_METILE_CUDA_MMA_STAGED", "1") == "0" or not w.quantized or wide(spec):
+        return False
+    groups = stage_groups(spec)
     return (
-        os.environ.get("MLX_METILE_CUDA_MMA_STAGED", "1") != "0"
-        and w.quantized
-        and not wide(spec)
-        and mma_setting("tiles", schedule.BM) == 1
-        and spec.k_divisor % (stage_groups(spec) * w.group_size) == 0
+        mma_setting("tiles", schedule.BM) == 1
+        and spec.k_divisor % (groups * w.group_size) == 0
+        and groups * w.group_size * w.bits // 8 <= 512
+        and groups * (4 if w.dtype == "f32" else 2) <= 16
         and ring_stages(spec, schedule.SG) >= 2
     )
 

@@ -205,6 +205,17 @@ def test_staged_mma_kernels_compile(fresh_kernels, monkeypatch, spec, groups):
     assert len(splits) == 1, splits
 
 
+def test_staged_falls_back_where_a_stage_would_not_fit_one_copy(fresh_kernels, monkeypatch):
+    """8 groups of f32 scales (32 bytes a column) or of 8-bit group 128 (1 KB a column)
+    take the direct loads instead of a copy the ring cannot express."""
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_GROUPS", "8")
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_WARPS", "1")
+    for fmt in (WeightFormat("f32", 4, 32), WeightFormat("bf16", 8, 128)):
+        art = compile_projection(ProjectionSpec("bf16", (fmt,), k_multiple=1024), 1, "cuda")
+        assert art.schedule.kind == "mma" and "metile_cp16(" not in art.source
+        assert ptx(art, "sm_90")[:4] == b"\x7fELF"
+
+
 def test_staged_settings_are_checked(fresh_kernels, monkeypatch):
     spec = STAGED_SPECS[0][0]
     for var, bad in (("GROUPS", "3"), ("STAGES", "9"), ("MINBLOCKS", "x")):
