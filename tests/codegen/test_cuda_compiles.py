@@ -224,3 +224,22 @@ def test_staged_settings_are_checked(fresh_kernels, monkeypatch):
             compile_projection(spec, 1, "cuda")
         monkeypatch.delenv(f"MLX_METILE_CUDA_MMA_{var}")
         compile_projection.cache_clear()
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="a fatbin needs nvcc (NVRTC gives cubins)")
+def test_compressed_fatbin_holds_the_same_kernel_smaller(fresh_kernels, monkeypatch):
+    """MLX_METILE_CUDA_BINARY=fatbin: a compressed fatbin (magic 0xBA55ED50) of the sm_90
+    code alone, smaller than the cubin MLX would otherwise hash at every launch."""
+    monkeypatch.setenv("MLX_METILE_CUDA_COMPILER", "nvcc")
+    spec = STAGED_SPECS[0][0]
+    art = compile_projection(spec, 1, "cuda")
+    cubin = ptx(art, "sm_90")
+    ptx.cache_clear()
+    monkeypatch.setenv("MLX_METILE_CUDA_BINARY", "fatbin")
+    fatbin = ptx(art, "sm_90")
+    ptx.cache_clear()
+    assert cubin[:4] == b"\x7fELF" and fatbin[:4] == b"\x50\xed\x55\xba"
+    assert len(fatbin) < len(cubin) / 2
+    monkeypatch.setenv("MLX_METILE_CUDA_BINARY", "elf")
+    with pytest.raises(ValueError, match="MLX_METILE_CUDA_BINARY"):
+        ptx(art, "sm_90")
