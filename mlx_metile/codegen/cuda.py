@@ -29,7 +29,7 @@ __device__ __forceinline__ void metile_mma_f16(float* c, unsigned a0, unsigned a
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 // The packed integers as bf16x2 / f16x2 pairs for the MMA's A operand, offset by
-// a constant (metile_q_offset in lower_mma): nibbles q and q+4 (bytes q and q+2) of
+// a constant (Q_OFFSET in compiler/lower_mma.py): nibbles q and q+4 (bytes q and q+2) of
 // w are OR-ed into the mantissa of 128 (bf16) or 1024 (f16), so a pair is 128 + q
 // (1024 + q), exact. One LOP3 with both constants (the compiler would split
 // (a & m) | c into two); the offset comes back out once per group, in f32:
