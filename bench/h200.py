@@ -575,7 +575,7 @@ def main() -> int:
     MODES[:] = [m for m in MODES if m in args.modes]
     if args.mma_opt_in:
         os.environ["MLX_METILE_CUDA_MMA_FUSED"] = "1"
-        os.environ["MLX_METILE_CUDA_MMA_DENSE"] = "1"
+        os.environ.setdefault("MLX_METILE_CUDA_MMA_DENSE", "1")  # or =staged, given in the environment
     mx.set_default_device(mx.gpu)
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -111,9 +111,12 @@ VARIANT = r"""
 
 
 def parse_format(text: str) -> tuple[int, int]:
+    """(bits, group size) of q4g64-style formats; (0, 0) for dense bf16 weights."""
+    if text == "bf16":
+        return 0, 0
     m = re.fullmatch(r"q([48])g(32|64|128)", text)
     if not m:
-        raise SystemExit(f"--format: expected q4g64 style, got {text!r}")
+        raise SystemExit(f"--format: expected bf16 or q4g64 style, got {text!r}")
     return int(m.group(1)), int(m.group(2))
 
 
@@ -132,7 +135,7 @@ def main() -> None:
     nw = 2 if args.epilogue == "swiglu" else 1
     spec = ProjectionSpec(
         "bf16",
-        tuple(WeightFormat("bf16", bits, group, False, "bf16") for _ in range(nw)),
+        tuple(WeightFormat("bf16", bits, group, False, "bf16") if bits else WeightFormat("bf16") for _ in range(nw)),
         "swiglu" if nw == 2 else None,
         False,
         k_multiple=256,
@@ -150,9 +153,9 @@ def main() -> None:
             k, _, v = item.partition("=")
             os.environ[k] = v
         compile_projection.cache_clear()  # kernels are cached per spec, not per setting
-        for bucket in sorted({max(8, row_bucket(r)) for r in rows}):
+        for bucket in sorted({row_bucket(r) for r in rows}):  # as the op picks kernels
             art = compile_projection(spec, bucket, "cuda")
-            entry = f"{art.entry}_v{vi}"
+            entry = f"{art.entry}_v{vi}_b{bucket}"  # extern "C": unique across namespaces
             # each variant in its own namespace: their helpers share names
             body_src = art.source.replace("#include <cuda_fp16.h>", "").replace("#include <cuda_bf16.h>", "")
             sources.append(f"namespace v{vi}_{bucket} {{\n{body_src.replace(art.entry, entry)}\n}}")
@@ -172,8 +175,8 @@ def main() -> None:
                     )
                     ctype = {"u32": "unsigned", "bf16": "__nv_bfloat16"}[p.dtype]
                     args_c.append(f"(const {ctype}*)sets[p][{idx}]")
-            cond = " || ".join(f"rows <= {b}" for b in [bucket]) if bucket < 32 else "true"
-            variants.append((name, bucket, cond, entry, art.grid(1, N)[0], art.threads_per_group[0], ", ".join(args_c)))
+            grid_x, bm = art.grid(1, N)[0], art.schedule.BM
+            variants.append((name, bucket, bm, entry, grid_x, art.threads_per_group[0], ", ".join(args_c)))
     for k in [k for k in os.environ if k.startswith("MLX_METILE_CUDA_MMA")]:
         del os.environ[k]
     os.environ.update(saved)
@@ -182,12 +185,12 @@ def main() -> None:
         if p.kind != "buffer" or p.output or p.name == "x":
             continue
         i = int(p.name[-1])
-        if p.name.startswith("w"):
-            n, seed, bytes_ = (
-                f"(size_t)N[{i}] * K / {32 // bits}",
-                f"{i * 4 + 1}u + p * 977u",
-                f"(size_t)N[{i}] * K * {bits} / 8",
-            )
+        if p.name.startswith("w") and not bits:  # dense: values, not bit patterns (no NaNs)
+            seed = f"{i * 4 + 1}u + p * 977u"
+            alloc.append(f"    sets[p].push_back(alloc_bf16((size_t)N[{i}] * K, {seed}, -0.05f, 0.05f));")
+            wbytes += N * K * 2
+        elif p.name.startswith("w"):
+            seed, bytes_ = f"{i * 4 + 1}u + p * 977u", f"(size_t)N[{i}] * K * {bits} / 8"
             alloc.append(f"    sets[p].push_back(alloc_bits({bytes_}, {seed}));")
             wbytes += N * K * bits // 8
         elif p.name.startswith(("scales", "biases")):
@@ -198,7 +201,7 @@ def main() -> None:
         else:
             alloc.append(f"    sets[p].push_back(alloc_bf16((size_t)N[{i}], 3u, 0.0f, 0.0f));")
     body = []
-    for vi, (name, bucket, _, entry, gx, tx, args_c) in enumerate(variants):
+    for vi, (name, bucket, bm, entry, gx, tx, args_c) in enumerate(variants):
         lo = max([0] + [b for (nm, b, *_r) in variants if nm == name and b < bucket])
         first = "true" if vi < len({b for (_, b, *_r) in variants}) else "false"
         text = VARIANT
@@ -206,7 +209,7 @@ def main() -> None:
             "@NAME@": f"{name} m{bucket}",
             "@ENTRY@": entry,
             "@GX@": str(gx),
-            "@BM@": str(bucket),
+            "@BM@": str(bm),
             "@TX@": str(tx),
             "@ARGS@": args_c,
             "@FIRST@": first,

@@ -119,11 +119,16 @@ def mma_supported(spec: ProjectionSpec) -> bool:
 
 
 def dense_mma() -> bool:
-    """Dense weights take the tensor-core schedule only with MLX_METILE_CUDA_MMA_DENSE=1:
-    on the H200 it lost to split-K at 1-4 rows (0.65-0.8x stock against 0.9-1.0x)
-    and won at 8-32 (bench/results/h200-sweep-*), and one spec keeps one
-    schedule for all of 1..32 rows so that its rows stay invariant."""
-    return os.environ.get("MLX_METILE_CUDA_MMA_DENSE", "0") == "1"
+    """Dense weights take the tensor-core schedule only with MLX_METILE_CUDA_MMA_DENSE=1
+    (direct loads) or =staged (the staged ring of lower_mma_staged; compile-tested,
+    not yet run on a GPU): with direct loads on the H200 it lost to split-K at 1-4
+    rows (0.65-0.8x stock against 0.9-1.0x) and won at 8-32 (bench/results/h200-sweep-*),
+    and one spec keeps one schedule for all of 1..32 rows so that its rows stay invariant."""
+    var = "MLX_METILE_CUDA_MMA_DENSE"
+    value = os.environ.get(var, "0")
+    if value not in ("0", "1", "staged"):
+        raise ValueError(f"{var}: expected 0, 1 or staged, got {value!r}")
+    return value != "0"
 
 
 def fused_mma() -> bool:

@@ -38,6 +38,23 @@ PAD = 16  # bytes after each ring row: the rows of a shared load on distinct ban
 MAX_STAGES = 4
 
 
+def chunk_bytes(spec: ProjectionSpec) -> int:
+    """Bytes of one column per chunk: a quantization group, or 32 k of a dense weight."""
+    w = spec.weights[0]
+    return w.group_size * w.bits // 8 if w.quantized else 32 * 2
+
+
+def chunk_k_of(spec: ProjectionSpec) -> int:
+    w = spec.weights[0]
+    return w.group_size if w.quantized else 32
+
+
+def scale_bytes_of(spec: ProjectionSpec) -> int:
+    """Bytes of one column's scales (and again of its biases) per chunk; dense: none."""
+    w = spec.weights[0]
+    return 0 if not w.quantized else 4 if w.dtype == "f32" else 2
+
+
 def stage_groups(spec: ProjectionSpec) -> int:
     """Groups per stage (MLX_METILE_CUDA_MMA_GROUPS: 2, 4 or 8). By default
     128 bytes of each column (the H200 A/B runs: 4-bit group 64 read 2.2 TB/s
@@ -51,10 +68,10 @@ def stage_groups(spec: ProjectionSpec) -> int:
         if value not in ("2", "4", "8"):
             raise ValueError(f"{var}: expected 2, 4 or 8, got {value!r}")
         return int(value)
-    groups = max(2, min(8, 128 // (w.group_size * w.bits // 8)))
+    groups = max(2, min(8, 128 // chunk_bytes(spec)))
     if w.dtype == "f32":
         groups = min(groups, 4)  # f32 scales: at most 16 bytes a column
-    while groups > 2 and spec.k_divisor % (groups * w.group_size):
+    while groups > 2 and spec.k_divisor % (groups * chunk_k_of(spec)):
         groups //= 2
     return groups
 
@@ -65,10 +82,8 @@ def ring_rows(spec: ProjectionSpec) -> int:
 
 def slot_bytes(spec: ProjectionSpec) -> int:
     """One stage of one warp: the weight rows (padded), then scales, then biases."""
-    w, groups = spec.weights[0], stage_groups(spec)
-    row = groups * w.group_size * w.bits // 8 + PAD
-    scale = groups * (4 if w.dtype == "f32" else 2)
-    return ring_rows(spec) * (row + 2 * scale)
+    groups = stage_groups(spec)
+    return ring_rows(spec) * (groups * chunk_bytes(spec) + PAD + 2 * groups * scale_bytes_of(spec))
 
 
 def ring_stages(spec: ProjectionSpec, warps: int) -> int:
@@ -90,14 +105,16 @@ def staged(spec: ProjectionSpec, schedule) -> bool:
     scales in one copy of at most 16 bytes, two or more stages fitting shared
     memory; MLX_METILE_CUDA_MMA_STAGED=0 turns it off (the direct loads of lower_mma)."""
     w = spec.weights[0]
-    if os.environ.get("MLX_METILE_CUDA_MMA_STAGED", "1") == "0" or not w.quantized or wide(spec):
+    if os.environ.get("MLX_METILE_CUDA_MMA_STAGED", "1") == "0" or wide(spec):
         return False
+    if not w.quantized and os.environ.get("MLX_METILE_CUDA_MMA_DENSE") != "staged":
+        return False  # dense weights: direct loads unless asked (not yet run on a GPU)
     groups = stage_groups(spec)
     return (
         mma_setting("tiles", schedule.BM) == 1
-        and spec.k_divisor % (groups * w.group_size) == 0
-        and groups * w.group_size * w.bits // 8 <= 512
-        and groups * (4 if w.dtype == "f32" else 2) <= 16
+        and spec.k_divisor % (groups * chunk_k_of(spec)) == 0
+        and groups * chunk_bytes(spec) <= 512
+        and groups * scale_bytes_of(spec) <= 16
         and ring_stages(spec, schedule.SG) >= 2
     )
 
@@ -110,11 +127,12 @@ class StagedMMALowering(MMALowering):
         w = spec.weights[0]
         self.groups = stage_groups(spec)
         self.align = self.batch = self.groups  # whole stages per warp; a stage is one batch
-        self.scale_vector = w.dtype != "f32"  # a column's 16-bit scales of a stage: one word
-        self.group_bytes = w.group_size * w.bits // 8
+        # a column's 16-bit scales of a stage: one word
+        self.scale_vector = w.quantized and w.dtype != "f32"
+        self.group_bytes = chunk_bytes(spec)  # one chunk of a column: a group, or 32 dense k
         self.row_bytes = self.groups * self.group_bytes
         self.stride = self.row_bytes + PAD
-        self.scale_bytes = self.groups * (4 if w.dtype == "f32" else 2)
+        self.scale_bytes = self.groups * scale_bytes_of(spec)
         self.nrows = ring_rows(spec)
         self.scales_at = self.nrows * self.stride
         self.biases_at = self.scales_at + self.nrows * self.scale_bytes
@@ -130,6 +148,10 @@ class StagedMMALowering(MMALowering):
         for j in range(nacc):
             for h in "ab":
                 row = f"{TILE * j + (8 if h == 'b' else 0)} + g"
+                if not self.spec.weights[0].quantized:  # 8 consecutive k: the lane's quarter of 32
+                    at = f"slot + ({row}) * {self.stride} + {b * self.group_bytes} + t * 16"
+                    out.append(Load("uint4", f"w{j}_0{h}_{b}", "true", at))
+                    continue
                 for v0 in range(0, words, self.word_width):
                     at = f"slot + ({row}) * {self.stride} + {b * self.group_bytes} + t * {4 * words} + {4 * v0}"
                     out.append(Load(self.word_vector, f"w{j}_0{h}v{v0}_{b}", "true", at))
@@ -164,7 +186,7 @@ class StagedMMALowering(MMALowering):
         per_row = self.row_bytes // 16  # 16-byte pieces of a ring row
         rows_per_copy = 32 // per_row
         pieces = self.nrows * per_row // 32
-        row_bytes = f"(size_t)K * {w.bits} / 8"
+        row_bytes = f"(size_t)K * {w.bits} / 8" if w.quantized else "(size_t)K * 2"
         lines: list[str] = []  # `lane` comes from the prologue
         for i in range(pieces):
             first = i * rows_per_copy  # the piece's rows lie in one accumulator's 16
@@ -180,6 +202,8 @@ class StagedMMALowering(MMALowering):
             lines.append("}")
             lines.append(f"const int cwd{i} = ({first} + lane / {per_row}) * {self.stride} + (lane % {per_row}) * 16;")
         declared = [f"const char* cw{i}; bool cwok{i};" for i in range(pieces)]
+        if not w.quantized:
+            return declared + lines
         # scales and biases: lane r < rows copies ring row r's
         size = 4 if w.dtype == "f32" else 2
         lines.append("const char* cs = nullptr; const char* cz = nullptr; bool csok = false;")
@@ -210,6 +234,8 @@ class StagedMMALowering(MMALowering):
         lines.append(f"const size_t wo = (size_t){chunk0} * {self.group_bytes};")
         for i in range(pieces):
             lines.append(f"metile_cp16(dst + cwd{i}, cw{i} + wo, cwok{i});")
+        if not w.quantized:
+            return lines
         size = 4 if w.dtype == "f32" else 2
         lines.append(f"if (lane < {self.nrows}) {{")
         lines.append(f"  const size_t so = (size_t){chunk0} * {size};")

@@ -243,3 +243,33 @@ def test_compressed_fatbin_holds_the_same_kernel_smaller(fresh_kernels, monkeypa
     monkeypatch.setenv("MLX_METILE_CUDA_BINARY", "elf")
     with pytest.raises(ValueError, match="MLX_METILE_CUDA_BINARY"):
         ptx(art, "sm_90")
+
+
+def test_staged_dense_weights_are_opt_in_and_compile(fresh_kernels, monkeypatch):
+    """MLX_METILE_CUDA_MMA_DENSE=staged puts dense weights on the tensor cores through
+    the staged ring (32 k of a column per chunk, no scales); =1 keeps the direct loads
+    that ran on the H200; anything else is refused by name."""
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    specs = [
+        ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256),
+        ProjectionSpec("bf16", (WeightFormat("bf16", has_bias=True, bias_dtype="bf16"),) * 2, "swiglu", k_multiple=64),
+        ProjectionSpec("f16", (WeightFormat("f16"),) * 3, k_multiple=128),  # fused q/k/v
+        ProjectionSpec("f16", (WeightFormat("f16"),), None, True, k_multiple=64),
+    ]
+    for mode, want in (("staged", True), ("1", False)):
+        monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", mode)
+        compile_projection.cache_clear()
+        for spec in specs:
+            splits = set()
+            for bucket in (1, 16, 32):
+                art = compile_projection(spec, bucket, "cuda")
+                assert art.schedule.kind == "mma", spec.name()
+                assert ("metile_cp16(" in art.source) == want, (mode, spec.name())
+                lines = [ln.strip() for ln in art.source.splitlines()]
+                splits.add(tuple(ln for ln in lines if ln.startswith(("const int chunks", "const int per_warp"))))
+                assert ptx(art, "sm_90")[:4] == b"\x7fELF"
+            assert len(splits) == 1, (mode, spec.name(), splits)
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", "yes")
+    compile_projection.cache_clear()
+    with pytest.raises(ValueError, match="MLX_METILE_CUDA_MMA_DENSE"):
+        compile_projection(specs[0], 1, "cuda")
