@@ -18,6 +18,7 @@ op, on the stream's device:
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -57,12 +58,31 @@ def _require_array(a, what: str) -> mx.array:
     return a
 
 
+_VALIDATED: dict[tuple, tuple] = {}  # (ids, settings) -> weak references to the arrays validated
+_VALIDATED_LIMIT = 4096
+
+
 class QuantizedWeight:
     """A weight in MLX's affine quantized format, used as stored (no repacking):
     `w` uint32 [N, K*bits/32] packed least-significant bits first, `scales` and
     `biases` [N, K/group_size]; element (n, k) is scales*q + biases."""
 
     def __init__(self, w: mx.array, scales: mx.array, biases: mx.array, group_size: int = 64, bits: int = 4):
+        # Arrays never change shape or dtype, so the same three arrays (the same
+        # objects, checked through weak references: an id alone may be reused)
+        # with the same settings need validating once - this runs on every eager call.
+        key = (id(w), id(scales), id(biases), group_size, bits)
+        refs = _VALIDATED.get(key)
+        if refs is None or refs[0]() is not w or refs[1]() is not scales or refs[2]() is not biases:
+            self._validate(w, scales, biases, group_size, bits)
+            if len(_VALIDATED) >= _VALIDATED_LIMIT:
+                _VALIDATED.clear()
+            _VALIDATED[key] = (weakref.ref(w), weakref.ref(scales), weakref.ref(biases))
+        self.w, self.scales, self.biases = w, scales, biases
+        self.group_size, self.bits = group_size, bits
+
+    @staticmethod
+    def _validate(w, scales, biases, group_size: int, bits: int) -> None:
         w = _require_array(w, "w")
         scales = _require_array(scales, "scales")
         biases = _require_array(biases, "biases")
@@ -87,8 +107,6 @@ class QuantizedWeight:
             _float_dtype(a, name)
         if scales.dtype != biases.dtype:
             raise ValueError(f"biases: dtype {biases.dtype} differs from scales' {scales.dtype}")
-        self.w, self.scales, self.biases = w, scales, biases
-        self.group_size, self.bits = group_size, bits
 
     @property
     def N(self) -> int:
@@ -235,8 +253,8 @@ def _project(
     s = _stream(stream)
     backend = _backend(s)
     formats = tuple(_weight_format(w, b, i) for i, (w, b) in enumerate(zip(weights, biases)))
-    x2 = x.reshape(rows, K)
-    res2 = residual.reshape(rows, Ns[0]) if residual is not None else None
+    x2 = x if len(lead) == 1 else x.reshape(rows, K)
+    res2 = residual if residual is None or len(lead) == 1 else residual.reshape(rows, Ns[0])
 
     # Kernels index with 32-bit integers: larger operands take the stock path.
     largest = max(
@@ -326,7 +344,11 @@ def cuda_max_rows() -> int:
     """Calls with more rows than this run stock MLX on CUDA (default 32, the
     split-K kernels; MLX_METILE_CUDA_MAX_ROWS raises it, e.g. to test the tiled
     kernel there). Row invariance on CUDA therefore covers calls up to it."""
-    value = getenv("MLX_METILE_CUDA_MAX_ROWS", "32")
+    return _row_count(getenv("MLX_METILE_CUDA_MAX_ROWS", "32"))
+
+
+@lru_cache(maxsize=16)
+def _row_count(value: str) -> int:
     if not value.isdigit():
         raise ValueError(f"MLX_METILE_CUDA_MAX_ROWS: expected a row count, got {value!r}")
     return int(value)

@@ -34,6 +34,31 @@ def test_quantized_argument_errors():
         mt.QuantizedWeight(w6, s6[:, :1], b6[:, :1], group_size=64, bits=4)
 
 
+def test_validation_is_skipped_only_for_the_same_live_arrays(monkeypatch):
+    """QuantizedWeight validates a given (w, scales, biases, group, bits) once: a
+    repeat with the same objects skips it, anything else - other arrays, other
+    settings, or an id reused by a new object after the old one died - validates."""
+    from mlx_metile import ops
+
+    monkeypatch.setattr(ops, "_VALIDATED", {})
+    w, s, b = _q()
+    mt.QuantizedWeight(w, s, b)
+    assert len(ops._VALIDATED) == 1
+    mt.QuantizedWeight(w, s, b)  # same objects: no new entry
+    assert len(ops._VALIDATED) == 1
+    with pytest.raises(ValueError, match="group_size: K=128 .* is not a multiple of 128|scales: expected shape"):
+        mt.QuantizedWeight(w, s, b, group_size=128)
+    with pytest.raises(ValueError, match=r"scales: expected shape \(8, 2\)"):
+        mt.QuantizedWeight(w, s[:, :1], b)
+    # an entry under these ids whose referents are other objects (as after an id is
+    # reused): not trusted
+    bad = s[:, :1]
+    other = mx.zeros((1,))
+    ops._VALIDATED[(id(w), id(bad), id(b), 64, 4)] = tuple(ops.weakref.ref(other) for _ in range(3))
+    with pytest.raises(ValueError, match=r"scales: expected shape \(8, 2\)"):
+        mt.QuantizedWeight(w, bad, b)
+
+
 def test_fused_argument_errors():
     x = rand((3, 32), mx.float32, 1)
     a, b, c = rand((8, 32), mx.float32, 2), rand((8, 32), mx.float32, 3), rand((6, 32), mx.float32, 4)
