@@ -58,7 +58,7 @@ MAX_PARTIALS = 8  # accumulator tiles (x 4 floats) one lane may hold: tiles x ro
 # From the H200 sweeps of 2026-11-29 (bench/results/h200-sweep-mma2-2026-11-29.json).
 SHARED = {"warps": 4, "wide": 0}
 # `minblocks` (staged schedule only): blocks per SM the compiler must fit, capping
-# registers - 4 at <= 8 rows (+4-13% on the H200 for 4-bit weights), none above,
+# registers - 4 at <= 8 rows (+1-13% on the H200 for 4-bit weights), none above,
 # where the cap spills (bench/results/h200-ab-2026-11-29-session4.json).
 DEFAULTS = {
     8: {"batch": 2, "tiles": 1, "minblocks": 4},
