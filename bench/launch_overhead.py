@@ -50,7 +50,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    report = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "mlx": mx.__version__, "cases": []}
+    report = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "mlx": mx.__version__,
+        "device_info": {k: str(v) for k, v in mx.device_info().items()},
+        "cases": [],
+    }
     for K, N, fmt in ((256, 256, "int4"), (256, 256, "bf16"), (4096, 14336, "int4")):
         pool = make_pool(fmt, K, N)[0] if K * N > 1 << 20 else tiny_pool(fmt, K, N)
         x = mx.random.normal((1, K)).astype(mx.bfloat16)
