@@ -1,8 +1,8 @@
 """A/B timing of generated CUDA kernels without MLX: writes one .cu file that
 holds several variants (settings) of one projection's kernel and a main()
 that times each on a pool of weight sets larger than L2, and compares every
-variant's output with the first variant's (the reference: the schedule that
-passed the MLX correctness matrix on the GPU).
+variant's output with the first variant's (put first a schedule that passed
+the MLX correctness matrix on the GPU: it is the reference).
 
     python bench/cuda_probe/generated_harness.py OUT.cu --format q4g64 --epilogue swiglu \\
         --variant default= --variant staged0=MLX_METILE_CUDA_MMA_STAGED=0
@@ -17,6 +17,7 @@ largest magnitude. Used to pick schedules before the MLX-based runs
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -138,7 +139,7 @@ def main() -> None:
         tuple(WeightFormat("bf16", bits, group, False, "bf16") if bits else WeightFormat("bf16") for _ in range(nw)),
         "swiglu" if nw == 2 else None,
         False,
-        k_multiple=256,
+        k_multiple=math.gcd(args.k, 256),  # as the op derives it for CUDA
     )
     rows = [int(r) for r in args.rows.split(",")]
     K, N = args.k, args.n
