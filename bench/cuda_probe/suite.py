@@ -38,7 +38,14 @@ SUITE = {
         ["--format", "q4g64", "--epilogue", "none", "--k", "14336", "--n", "4096", "--pool", "16"],
         ["default=", f"w8={E}WARPS=8"],
     ),
-    "q8g64_gateup_fused": (["--format", "q8g64"], ["default=", f"w8={E}WARPS=8", f"g4w2={E}GROUPS=4;{E}WARPS=2"]),
+    "q8g64_gateup_fused": (
+        ["--format", "q8g64"],
+        ["default=", f"q8split={E}Q8SPLIT=1", f"q8split_g4w2={E}Q8SPLIT=1;{E}GROUPS=4;{E}WARPS=2"],
+    ),
+    "q8g64_14336x4096": (
+        ["--format", "q8g64", "--epilogue", "none", "--k", "14336", "--n", "4096", "--pool", "16"],
+        ["default=", f"q8split={E}Q8SPLIT=1", f"q8split_w8={E}Q8SPLIT=1;{E}WARPS=8"],
+    ),
     "bf16_4096x14336": (
         ["--format", "bf16", "--epilogue", "none", "--n", "14336"],
         ["splitk=", f"direct={E}DENSE=1", f"staged={E}DENSE=staged", f"staged_w8={E}DENSE=staged;{E}WARPS=8"],

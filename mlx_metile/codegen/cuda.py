@@ -72,7 +72,18 @@ __device__ __forceinline__ void metile_cp_commit() { asm volatile("cp.async.comm
 template <int N>
 __device__ __forceinline__ void metile_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }"""
 
-LOCAL_HELPERS = {"cuda_mma": MMA_HELPERS, "cuda_cp_async": CP_ASYNC_HELPERS}
+# 8-bit values with bf16 activations nibble by nibble (MLX_METILE_CUDA_MMA_Q8SPLIT=1): bf16
+# cannot hold 128 + q for a byte, but holds 128 + l for its low nibble and 2048 + 16 h for its
+# high one (bf16's step at 2048 is 16), so two MMAs into one accumulator sum (2176 + q) x -
+# two cheap unpackings instead of an exact conversion through f32 per pair.
+Q8_SPLIT_HELPERS = """__device__ __forceinline__ unsigned metile_q8lo_bf16(unsigned w, int q) {
+  return metile_and_or(w >> (8 * q), 0x000F000Fu, 0x43004300u);
+}
+__device__ __forceinline__ unsigned metile_q8hi_bf16(unsigned w, int q) {
+  return metile_and_or(w >> (8 * q + 4), 0x000F000Fu, 0x45004500u);
+}"""
+
+LOCAL_HELPERS = {"cuda_mma": MMA_HELPERS, "cuda_cp_async": CP_ASYNC_HELPERS, "cuda_q8split": Q8_SPLIT_HELPERS}
 
 
 class CUDARenderer(CStyleRenderer):

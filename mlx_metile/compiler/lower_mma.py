@@ -167,6 +167,23 @@ def chunk_k(spec: ProjectionSpec) -> int:
 # mantissa trick's base (128 for bf16, 1024 for f16); int8 as bf16 has none.
 Q_OFFSET = {(4, "bf16"): 128, (4, "f16"): 1024, (8, "f16"): 1024}
 
+# With q8_split: the low nibble enters as 128 + l, the high one as 2048 + 16 h
+Q8_SPLIT_OFFSET = 2048 + 128
+
+
+def q8_split(spec: ProjectionSpec) -> bool:
+    """MLX_METILE_CUDA_MMA_Q8SPLIT=1: 8-bit weights with bf16 activations unpacked
+    nibble by nibble, two MMAs per word into one accumulator (codegen/cuda.py
+    Q8_SPLIT_HELPERS) - fewer instructions than the exact f32 conversion per pair.
+    Compile-tested, not yet run on a GPU, so off."""
+    var = "MLX_METILE_CUDA_MMA_Q8SPLIT"
+    value = os.environ.get(var, "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"{var}: expected 0 or 1, got {value!r}")
+    w = spec.weights[0]
+    return value == "1" and w.quantized and w.bits == 8 and spec.act_dtype == "bf16"
+
+
 # bf16 / f16 pairs of 1.0: the A operand that turns an MMA into sums of x
 ONES = {"bf16": "0x3F803F80u", "f16": "0x3C003C00u"}
 ZERO = {"unsigned": "0u", "uint2": "make_uint2(0u, 0u)", "uint4": "make_uint4(0u, 0u, 0u, 0u)"}
@@ -375,7 +392,11 @@ class MMALowering(_Lowering):
                 "f16": f"__half2float(__ushort_as_half((unsigned short){bits}))",
             }
 
-        offset = Q_OFFSET.get((w.bits, act), 0)
+        split = q8_split(spec)
+        offset = Q8_SPLIT_OFFSET if split else Q_OFFSET.get((w.bits, act), 0)
+        unpack = ["metile_q8lo_bf16", "metile_q8hi_bf16"] if split else [f"metile_q{w.bits}_{act}"]
+        if split:
+            self.use_helper("cuda_q8split")
         convs = {"": to_float.get(w.dtype, "{}")}
         if self.scale_vector:  # chunk b's 16-bit half of the batch's vector
             convs = {"": half("" if self.batch == 2 else "." + "xyzw"[b // 2], b % 2 == 1)[w.dtype]}
@@ -391,15 +412,17 @@ class MMALowering(_Lowering):
                         v0 = i - i % self.word_width
                         comp = "" if self.word_width == 1 else "." + "xyzw"[i - v0]
                         out.append(f"  const unsigned w{h}{j}_{tile}_{i} = w{j}_{tile}{h}v{v0}_{b}{comp};")
-                # per word: int4 -> 8 k (2 MMAs of 4 slots per row); int8 -> 4 k (1 MMA)
+                # per word: int4 -> 8 k (2 MMAs of 4 slots per row); int8 -> 4 k (1 MMA, or 2 split
+                # by nibbles, both against the same x)
                 for i in range(self.words):
                     for p in range(0, pairs, 2):
-                        # A regs: (row g, slots 2t..), (row g+8, slots 2t..), (row g, slots 2t+8..), (row g+8, ...)
-                        a = [f"metile_q{w.bits}_{act}(w{h}{j}_{tile}_{i}, {q})" for q in (p, p + 1) for h in "ab"]
-                        for r in range(rt):
-                            for grp in groups:
-                                xb = f"xb{r}_{i}_{p}{grp}"
-                                out.append(f"  {mma}({c}{grp}[{r}], {', '.join(a)}, {xb}_0, {xb}_1);")
+                        for fn in unpack:
+                            # A regs: (row g, slots 2t..), (row g+8, slots 2t..), (row g, slots 2t+8..), (row g+8, ...)
+                            a = [f"{fn}(w{h}{j}_{tile}_{i}, {q})" for q in (p, p + 1) for h in "ab"]
+                            for r in range(rt):
+                                for grp in groups:
+                                    xb = f"xb{r}_{i}_{p}{grp}"
+                                    out.append(f"  {mma}({c}{grp}[{r}], {', '.join(a)}, {xb}_0, {xb}_1);")
                 for grp in groups:
                     for h in "ab":
                         at = 0 if self.scale_vector else b

@@ -273,3 +273,47 @@ def test_staged_dense_weights_are_opt_in_and_compile(fresh_kernels, monkeypatch)
     compile_projection.cache_clear()
     with pytest.raises(ValueError, match="MLX_METILE_CUDA_MMA_DENSE"):
         compile_projection(specs[0], 1, "cuda")
+
+
+def test_q8_split_is_opt_in_and_its_constants_are_exact(fresh_kernels, monkeypatch):
+    """MLX_METILE_CUDA_MMA_Q8SPLIT=1: 8-bit weights with bf16 activations enter the MMA as
+    128 + low nibble and 2048 + 16 * high nibble (both exact in bf16), two MMAs per word
+    into one accumulator, 2176 * scale taken off the bias. The helpers' magic constants
+    decode to exactly those values; f16 activations and 4-bit weights are unaffected."""
+    import re
+    import struct
+
+    from mlx_metile.codegen.cuda import Q8_SPLIT_HELPERS
+    from mlx_metile.compiler.lower_mma import Q8_SPLIT_OFFSET
+
+    def bf16(bits: int) -> float:
+        return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
+
+    lo, hi = re.findall(r"0x([0-9A-F]{4})[0-9A-F]{4}u\);", Q8_SPLIT_HELPERS)
+    assert [bf16(int(lo, 16) | n) for n in range(16)] == [128.0 + n for n in range(16)]
+    assert [bf16(int(hi, 16) | n) for n in range(16)] == [2048.0 + 16 * n for n in range(16)]
+    assert Q8_SPLIT_OFFSET == 128 + 2048
+
+    q8 = ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),) * 2, "swiglu", k_multiple=256)
+    plain = {b: compile_projection(q8, b, "cuda").source for b in (1, 32)}
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_Q8SPLIT", "1")
+    for staged in ("1", "0"):
+        monkeypatch.setenv("MLX_METILE_CUDA_MMA_STAGED", staged)
+        compile_projection.cache_clear()
+        for bucket in (1, 16, 32):
+            art = compile_projection(q8, bucket, "cuda")
+            assert "metile_q8hi_bf16(w" in art.source and "metile_q8_bf16(w" not in art.source
+            assert "fmaf(-2176.0f, sc" in art.source
+            assert ptx(art, "sm_90")[:4] == b"\x7fELF"
+    for other in (WeightFormat("f16", 8, 64), WeightFormat("bf16", 4, 64)):
+        act = other.dtype
+        art = compile_projection(ProjectionSpec(act, (other,), k_multiple=256), 1, "cuda")
+        assert "metile_q8hi" not in art.source
+    monkeypatch.delenv("MLX_METILE_CUDA_MMA_Q8SPLIT")
+    monkeypatch.delenv("MLX_METILE_CUDA_MMA_STAGED")
+    compile_projection.cache_clear()
+    assert {b: compile_projection(q8, b, "cuda").source for b in (1, 32)} == plain  # off by default
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_Q8SPLIT", "yes")
+    compile_projection.cache_clear()
+    with pytest.raises(ValueError, match="MLX_METILE_CUDA_MMA_Q8SPLIT"):
+        compile_projection(q8, 1, "cuda")
