@@ -71,19 +71,31 @@ ALLOWED = {
     "tiles": (1, 2, 4),
     "wide": (0, 1),
     "minblocks": tuple(range(9)),
+    # staged schedule (lower_mma_staged.py), defaults derived from the spec there
+    "groups": (2, 4, 8),
+    "stages": (2, 3, 4),
+    "q8split": (0, 1),
 }
 SPLIT_ALIGN = 4  # chunks: each warp's range starts at a multiple of this where K allows
 
 
-def mma_setting(name: str, rows_bucket: int = 8) -> int:
-    """A setting (SHARED, or DEFAULTS' for a row bucket), or MLX_METILE_CUDA_MMA_<NAME>."""
+def mma_override(name: str) -> int | None:
+    """MLX_METILE_CUDA_MMA_<NAME> checked against ALLOWED, or None when unset."""
     var = f"MLX_METILE_CUDA_MMA_{name.upper()}"
     value = os.environ.get(var)
     if value is None:
-        return SHARED[name] if name in SHARED else DEFAULTS[min(b for b in DEFAULTS if b >= rows_bucket)][name]
+        return None
     if not value.isdigit() or int(value) not in ALLOWED[name]:
         raise ValueError(f"{var}: expected one of {', '.join(map(str, ALLOWED[name]))}, got {value!r}")
     return int(value)
+
+
+def mma_setting(name: str, rows_bucket: int = 8) -> int:
+    """A setting (SHARED, or DEFAULTS' for a row bucket), or MLX_METILE_CUDA_MMA_<NAME>."""
+    value = mma_override(name)
+    if value is None:
+        return SHARED[name] if name in SHARED else DEFAULTS[min(b for b in DEFAULTS if b >= rows_bucket)][name]
+    return value
 
 
 def mma_shape(rows_bucket: int, accumulators: int) -> tuple[int, int]:
@@ -118,17 +130,22 @@ def mma_supported(spec: ProjectionSpec) -> bool:
     return True
 
 
+def dense_mode() -> str:
+    """MLX_METILE_CUDA_MMA_DENSE: "0" (default), "1" or "staged" - see dense_mma."""
+    var = "MLX_METILE_CUDA_MMA_DENSE"
+    value = os.environ.get(var, "0")
+    if value not in ("0", "1", "staged"):
+        raise ValueError(f"{var}: expected 0, 1 or staged, got {value!r}")
+    return value
+
+
 def dense_mma() -> bool:
     """Dense weights take the tensor-core schedule only with MLX_METILE_CUDA_MMA_DENSE=1
     (direct loads) or =staged (the staged ring of lower_mma_staged; compile-tested,
     not yet run on a GPU): with direct loads on the H200 it lost to split-K at 1-4
     rows (0.65-0.8x stock against 0.9-1.0x) and won at 8-32 (bench/results/h200-sweep-*),
     and one spec keeps one schedule for all of 1..32 rows so that its rows stay invariant."""
-    var = "MLX_METILE_CUDA_MMA_DENSE"
-    value = os.environ.get(var, "0")
-    if value not in ("0", "1", "staged"):
-        raise ValueError(f"{var}: expected 0, 1 or staged, got {value!r}")
-    return value != "0"
+    return dense_mode() != "0"
 
 
 def fused_mma() -> bool:
@@ -176,12 +193,8 @@ def q8_split(spec: ProjectionSpec) -> bool:
     nibble by nibble, two MMAs per word into one accumulator (codegen/cuda.py
     Q8_SPLIT_HELPERS) - fewer instructions than the exact f32 conversion per pair.
     Compile-tested, not yet run on a GPU, so off."""
-    var = "MLX_METILE_CUDA_MMA_Q8SPLIT"
-    value = os.environ.get(var, "0")
-    if value not in ("0", "1"):
-        raise ValueError(f"{var}: expected 0 or 1, got {value!r}")
     w = spec.weights[0]
-    return value == "1" and w.quantized and w.bits == 8 and spec.act_dtype == "bf16"
+    return mma_override("q8split") == 1 and w.quantized and w.bits == 8 and spec.act_dtype == "bf16"
 
 
 # bf16 / f16 pairs of 1.0: the A operand that turns an MMA into sums of x
@@ -209,6 +222,7 @@ class MMALowering(_Lowering):
         self.spec = spec
         self.batch = mma_setting("batch", schedule.BM)
         self.wide = wide(spec)
+        self.q8_split = q8_split(spec)
         self.tiles = schedule.BN // TILE
         self.rt = schedule.BM // 8  # row tiles of 8
         self.ck = chunk_k(spec)
@@ -392,11 +406,8 @@ class MMALowering(_Lowering):
                 "f16": f"__half2float(__ushort_as_half((unsigned short){bits}))",
             }
 
-        split = q8_split(spec)
-        offset = Q8_SPLIT_OFFSET if split else Q_OFFSET.get((w.bits, act), 0)
-        unpack = ["metile_q8lo_bf16", "metile_q8hi_bf16"] if split else [f"metile_q{w.bits}_{act}"]
-        if split:
-            self.use_helper("cuda_q8split")
+        offset = Q8_SPLIT_OFFSET if self.q8_split else Q_OFFSET.get((w.bits, act), 0)
+        unpack = ["metile_q8lo_bf16", "metile_q8hi_bf16"] if self.q8_split else [f"metile_q{w.bits}_{act}"]
         convs = {"": to_float.get(w.dtype, "{}")}
         if self.scale_vector:  # chunk b's 16-bit half of the batch's vector
             convs = {"": half("" if self.batch == 2 else "." + "xyzw"[b // 2], b % 2 == 1)[w.dtype]}
@@ -492,6 +503,8 @@ class MMALowering(_Lowering):
         rt, tiles = self.rt, self.tiles
         mma = "metile_mma_bf16" if spec.act_dtype == "bf16" else "metile_mma_f16"
         self.use_helper("cuda_mma")
+        if self.q8_split:
+            self.use_helper("cuda_q8split")
         lines = [
             "const int warp = threadIdx.x >> 5;",
             "const int g = (threadIdx.x & 31) >> 2;",

@@ -32,21 +32,26 @@ import os
 from ..codegen.ast import Raw
 from ..spec import ProjectionSpec
 from .lower import LowerError
-from .lower_mma import SMEM_LIMIT, TILE, Load, MMALowering, mma_setting, wide
+from .lower_mma import (
+    SMEM_LIMIT,
+    TILE,
+    Load,
+    MMALowering,
+    chunk_k,
+    dense_mode,
+    mma_override,
+    mma_setting,
+    wide,
+)
 
 PAD = 16  # bytes after each ring row: the rows of a shared load on distinct banks
 MAX_STAGES = 4
 
 
 def chunk_bytes(spec: ProjectionSpec) -> int:
-    """Bytes of one column per chunk: a quantization group, or 32 k of a dense weight."""
+    """Bytes of one column per chunk (chunk_k of a quantized weight, or of a 2-byte dense one)."""
     w = spec.weights[0]
-    return w.group_size * w.bits // 8 if w.quantized else 32 * 2
-
-
-def chunk_k_of(spec: ProjectionSpec) -> int:
-    w = spec.weights[0]
-    return w.group_size if w.quantized else 32
+    return chunk_k(spec) * (w.bits if w.quantized else 16) // 8
 
 
 def scale_bytes_of(spec: ProjectionSpec) -> int:
@@ -61,17 +66,13 @@ def stage_groups(spec: ProjectionSpec) -> int:
     with 4 groups against 1.76 with 2), at least 2 groups so that a column's
     scales of a stage are one copy of 4-16 bytes, and fewer while K would not
     hold whole stages."""
-    w = spec.weights[0]
-    var = "MLX_METILE_CUDA_MMA_GROUPS"
-    value = os.environ.get(var)
+    value = mma_override("groups")
     if value is not None:
-        if value not in ("2", "4", "8"):
-            raise ValueError(f"{var}: expected 2, 4 or 8, got {value!r}")
-        return int(value)
+        return value
     groups = max(2, min(8, 128 // chunk_bytes(spec)))
-    if w.dtype == "f32":
+    if spec.weights[0].dtype == "f32":
         groups = min(groups, 4)  # f32 scales: at most 16 bytes a column
-    while groups > 2 and spec.k_divisor % (groups * chunk_k_of(spec)):
+    while groups > 2 and spec.k_divisor % (groups * chunk_k(spec)):
         groups //= 2
     return groups
 
@@ -89,11 +90,7 @@ def slot_bytes(spec: ProjectionSpec) -> int:
 def ring_stages(spec: ProjectionSpec, warps: int) -> int:
     """MLX_METILE_CUDA_MMA_STAGES (2..4), else MAX_STAGES; fewer while the
     block's rings exceed static shared memory."""
-    var = "MLX_METILE_CUDA_MMA_STAGES"
-    value = os.environ.get(var)
-    if value is not None and (not value.isdigit() or not 2 <= int(value) <= MAX_STAGES):
-        raise ValueError(f"{var}: expected 2, 3 or 4, got {value!r}")
-    stages = int(value) if value is not None else MAX_STAGES
+    stages = mma_override("stages") or MAX_STAGES
     while stages > 1 and warps * stages * slot_bytes(spec) > SMEM_LIMIT:
         stages -= 1
     return stages
@@ -107,12 +104,12 @@ def staged(spec: ProjectionSpec, schedule) -> bool:
     w = spec.weights[0]
     if os.environ.get("MLX_METILE_CUDA_MMA_STAGED", "1") == "0" or wide(spec):
         return False
-    if not w.quantized and os.environ.get("MLX_METILE_CUDA_MMA_DENSE") != "staged":
+    if not w.quantized and dense_mode() != "staged":
         return False  # dense weights: direct loads unless asked (not yet run on a GPU)
     groups = stage_groups(spec)
     return (
         mma_setting("tiles", schedule.BM) == 1
-        and spec.k_divisor % (groups * chunk_k_of(spec)) == 0
+        and spec.k_divisor % (groups * chunk_k(spec)) == 0
         and groups * chunk_bytes(spec) <= 512
         and groups * scale_bytes_of(spec) <= 16
         and ring_stages(spec, schedule.SG) >= 2
@@ -138,6 +135,7 @@ class StagedMMALowering(MMALowering):
         self.biases_at = self.scales_at + self.nrows * self.scale_bytes
         self.slot = slot_bytes(spec)
         self.stages = ring_stages(spec, schedule.SG)
+        self.pieces = self.nrows * self.row_bytes // 16 // 32  # 16-byte copies per lane per stage
 
     # -- shared -> lanes ---------------------------------------------------------
     def weight_loads(self, b: int, ch: str, live: str | None, nacc: int) -> list[Load]:
@@ -185,10 +183,9 @@ class StagedMMALowering(MMALowering):
         w = self.spec.weights[0]
         per_row = self.row_bytes // 16  # 16-byte pieces of a ring row
         rows_per_copy = 32 // per_row
-        pieces = self.nrows * per_row // 32
         row_bytes = f"(size_t)K * {w.bits} / 8" if w.quantized else "(size_t)K * 2"
         lines: list[str] = []  # `lane` comes from the prologue
-        for i in range(pieces):
+        for i in range(self.pieces):
             first = i * rows_per_copy  # the piece's rows lie in one accumulator's 16
             j = first // TILE
             col = f"(pid0 * {TILE} + {first % TILE} + lane / {per_row})"
@@ -201,11 +198,11 @@ class StagedMMALowering(MMALowering):
             lines.append(f"  cw{i} = src; cwok{i} = ok;")
             lines.append("}")
             lines.append(f"const int cwd{i} = ({first} + lane / {per_row}) * {self.stride} + (lane % {per_row}) * 16;")
-        declared = [f"const char* cw{i}; bool cwok{i};" for i in range(pieces)]
+        declared = [f"const char* cw{i}; bool cwok{i};" for i in range(self.pieces)]
         if not w.quantized:
             return declared + lines
         # scales and biases: lane r < rows copies ring row r's
-        size = 4 if w.dtype == "f32" else 2
+        size = scale_bytes_of(self.spec)
         lines.append("const char* cs = nullptr; const char* cz = nullptr; bool csok = false;")
         for j in range(nacc):
             col = f"(pid0 * {TILE} + lane - {TILE * j})"
@@ -228,17 +225,15 @@ class StagedMMALowering(MMALowering):
     def copy_stage(self, stage: str, slot: str) -> list[str]:
         """Statements issuing the copies of stage `stage` into ring slot `slot`."""
         w = self.spec.weights[0]
-        pieces = self.nrows * (self.row_bytes // 16) // 32
         chunk0 = f"(c_begin + ({stage}) * {self.groups})"
         lines = [f"unsigned char* const dst = ring + ({slot}) * {self.slot};"]
         lines.append(f"const size_t wo = (size_t){chunk0} * {self.group_bytes};")
-        for i in range(pieces):
+        for i in range(self.pieces):
             lines.append(f"metile_cp16(dst + cwd{i}, cw{i} + wo, cwok{i});")
         if not w.quantized:
             return lines
-        size = 4 if w.dtype == "f32" else 2
         lines.append(f"if (lane < {self.nrows}) {{")
-        lines.append(f"  const size_t so = (size_t){chunk0} * {size};")
+        lines.append(f"  const size_t so = (size_t){chunk0} * {scale_bytes_of(self.spec)};")
         for var, base in (("cs", self.scales_at), ("cz", self.biases_at)):
             dst = f"dst + {base} + lane * {self.scale_bytes}"
             if self.scale_bytes == 16:
