@@ -103,6 +103,12 @@ def _rows_differing(y, alone: list) -> list[int]:
     return [r for r in range(yy.shape[0]) if not np.array_equal(yy[r], alone[r][0])]
 
 
+def _invariance(results: dict, label: str, bad: list[int], rows: int) -> None:
+    """Records a row-invariance failure: `bad` rows of a `rows`-row call differed from the rows alone."""
+    if bad:
+        results["failures"].append(f"row invariance: {label} rows {bad[:5]} of {rows}")
+
+
 def _not_invariant(y, alone: dict, rows: int) -> list[int]:
     return _rows_differing(y, alone["default"] if rows <= 32 else alone["simt"])
 
@@ -121,9 +127,7 @@ def _odd_group_count(arr, check, results) -> None:
                 y = _quantized(x[:rows], wq, s, bq, 64, bits)
                 name = f"int{bits} g64 K={K} {dtype} rows={rows}"
                 check(name, y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype)
-                bad = _rows_differing(y, alone)
-                if bad:
-                    results["failures"].append(f"row invariance: {name} rows {bad[:5]}")
+                _invariance(results, name, _rows_differing(y, alone), rows)
 
 
 def _quantized_fusions(arr, check, results, quick: bool) -> None:
@@ -161,10 +165,7 @@ def _quantized_fusions(arr, check, results, quick: bool) -> None:
                     d = dequantize_exact(qw.w, qw.scales, qw.biases, group, bits)
                     check(f"qkv[{i}] int{bits} g{group} {dtype} rows={rows}", y, xr @ d.T + f64(b), xr, d, dtype)
                     bad = _rows_differing(y, [a[i] for a in alone])
-                    if bad:
-                        results["failures"].append(
-                            f"row invariance: qkv[{i}] int{bits} g{group} {dtype} rows {bad[:5]} of {rows}"
-                        )
+                    _invariance(results, f"qkv[{i}] int{bits} g{group} {dtype}", bad, rows)
             for name, fn in calls.items():
                 alone = [np.array(fn(x[r : r + 1], res[r : r + 1]).astype(mx.float32)) for r in range(32)]
                 for rows in (1, 5, 8, 17, 32):
@@ -185,11 +186,7 @@ def _quantized_fusions(arr, check, results, quick: bool) -> None:
                         slack = 1e-6 * (np.abs(z) + 1)
                     y = fn(x[:rows], res[:rows])
                     check(f"{name} int{bits} g{group} {dtype} rows={rows}", y, exact, xr, dg, dtype, slack=slack)
-                    bad = _rows_differing(y, alone)
-                    if bad:
-                        results["failures"].append(
-                            f"row invariance: {name} int{bits} g{group} {dtype} rows {bad[:5]} of {rows}"
-                        )
+                    _invariance(results, f"{name} int{bits} g{group} {dtype}", _rows_differing(y, alone), rows)
 
 
 def gradients_check() -> dict:
@@ -265,9 +262,7 @@ def _correctness(quick: bool) -> dict:
         for rows in (1, 2, 5, 17, 33, 64, 100) if quick else [*range(1, 34), 64, 65, 100]:
             y = mt.linear(xs[:rows], w, b)
             check(f"linear {dtype} rows={rows}", y, f64(xs[:rows]) @ f64(w).T + f64(b), f64(xs[:rows]), f64(w), dtype)
-            bad = _not_invariant(y, alone, rows)
-            if bad:
-                results["failures"].append(f"row invariance: linear {dtype} rows {bad[:5]} of {rows}")
+            _invariance(results, f"linear {dtype}", _not_invariant(y, alone, rows), rows)
         if dtype != mx.float32:  # K a multiple of 32: the tensor-core schedule for dense weights
             K3 = 1024
             w3 = arr((N, K3), dtype, 0.05)
@@ -278,9 +273,7 @@ def _correctness(quick: bool) -> dict:
                 check(
                     f"linear K=1024 {dtype} rows={rows}", y, f64(x3[:rows]) @ f64(w3).T, f64(x3[:rows]), f64(w3), dtype
                 )
-                bad = _not_invariant(y, alone3, rows)
-                if bad:
-                    results["failures"].append(f"row invariance: linear K=1024 {dtype} rows {bad[:5]} of {rows}")
+                _invariance(results, f"linear K=1024 {dtype}", _not_invariant(y, alone3, rows), rows)
         if quick and dtype == mx.float32:
             continue
         for bits in (4, 8):
@@ -295,11 +288,7 @@ def _correctness(quick: bool) -> dict:
                 for rows in (1, 3, 17, 33, 100) if quick else (1, 2, 3, 5, 8, 16, 32, 33, 64, 100):
                     y = mt.quantized_linear(x[:rows], wq, s, bq, group_size=group, bits=bits)
                     check(f"int{bits} g{group} {dtype} rows={rows}", y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype)
-                    bad = _not_invariant(y, alone, rows)
-                    if bad:
-                        results["failures"].append(
-                            f"row invariance: int{bits} g{group} {dtype} rows {bad[:5]} of {rows}"
-                        )
+                    _invariance(results, f"int{bits} g{group} {dtype}", _not_invariant(y, alone, rows), rows)
     _odd_group_count(arr, check, results)
     _quantized_fusions(arr, check, results, quick)
     # fused variants, bf16
@@ -439,8 +428,7 @@ def torch_linear(torch, K, N, rows, nbytes) -> dict:
 def torch_int4(torch, K, N, rows) -> dict:
     """PyTorch's int4 kernel (`_weight_int4pack_mm`, group 64, bf16 activations,
     the kernel of ../shared/DEVICE.md) on random 4-bit weights; bytes are the packed
-    weights plus its bf16 scales and zeros. Written after the session's device time
-    ran out: not yet run."""
+    weights plus its bf16 scales and zeros."""
     group = 64
     nbytes = N * K // 2 + (K // group) * N * 2 * 2
     count = max(4, int(POOL_BYTES // nbytes) + 1)
