@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mlx.core as mx  # noqa: E402
 
-from bench.h200 import make_pool, product  # noqa: E402
+from bench.h200 import make_pool, product, timed  # noqa: E402
 
 
 def tiny_pool(fmt: str, K: int, N: int) -> list:
@@ -31,19 +30,6 @@ def tiny_pool(fmt: str, K: int, N: int) -> list:
         pool.append((w,) if fmt == "bf16" else tuple(mx.quantize(w, group_size=64, bits=4)))
     mx.eval(pool)
     return pool
-
-
-def per_product(fn, x, count: int, repeat: int = 7) -> float:
-    mx.eval(fn(x))
-    mx.synchronize()
-    samples = []
-    for _ in range(repeat):
-        mx.synchronize()
-        t0 = time.perf_counter()
-        mx.eval(fn(x))
-        mx.synchronize()
-        samples.append((time.perf_counter() - t0) / count)
-    return statistics.median(samples)
 
 
 def main() -> int:
@@ -66,9 +52,10 @@ def main() -> int:
                 def batch(x, impl=impl, count=count, fmt=fmt, pool=pool):
                     return [product(impl, fmt, x, pool[i % len(pool)]) for i in range(count)]
 
+                compiled = mx.compile(batch)
                 row[impl] = {
-                    "compiled_us": per_product(mx.compile(batch), x, count) * 1e6,
-                    "eager_us": per_product(batch, x, count) * 1e6,
+                    "compiled_us": timed(lambda f=compiled, x=x: f(x)) / count * 1e6,
+                    "eager_us": timed(lambda f=batch, x=x: f(x)) / count * 1e6,
                 }
             report["cases"].append(row)
             print(json.dumps(row), flush=True)
