@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -21,9 +20,7 @@ import mlx.core as mx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import h200  # noqa: E402
-
-from mlx_metile import ops  # noqa: E402
-from mlx_metile.runtime import compile_projection  # noqa: E402
+from settings import apply_cuda_settings  # noqa: E402
 
 
 def per_product(fn, x) -> float:
@@ -51,13 +48,7 @@ def main() -> int:
             t_stock = per_product(mx.compile(stock), x)
             row = {"format": fmt, "rows": rows, "weight_bytes": nbytes, "t_stock": t_stock, "tunes": {}}
             for tune in args.settings:
-                for var in [v for v in os.environ if v.startswith("MLX_METILE_CUDA_") and v != "MLX_METILE_CUDA_ARCH"]:
-                    os.environ.pop(var, None)
-                for assignment in filter(None, "" if tune == "default" else tune.split(";")):
-                    var, _, value = assignment.partition("=")
-                    os.environ[var] = value
-                ops._compiled.cache_clear()
-                compile_projection.cache_clear()
+                apply_cuda_settings(tune)
                 t = per_product(mx.compile(ours), x)
                 row["tunes"][tune] = {"t": t, "gbs": nbytes / t / 1e9, "speedup": t_stock / t}
             row["gbs_stock"] = nbytes / t_stock / 1e9

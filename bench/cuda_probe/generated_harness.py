@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.settings import apply_cuda_settings  # noqa: E402
 from mlx_metile.compiler.schedule import row_bucket  # noqa: E402
 from mlx_metile.runtime import compile_projection  # noqa: E402
 from mlx_metile.spec import ProjectionSpec, WeightFormat  # noqa: E402
@@ -145,15 +145,9 @@ def main() -> None:
     K, N = args.k, args.n
     alloc, params = [], None
     sources, variants = [], []
-    saved = {k: v for k, v in os.environ.items() if k.startswith("MLX_METILE_CUDA_MMA")}
     for vi, text in enumerate(args.variant):
         name, _, settings = text.partition("=")
-        for k in [k for k in os.environ if k.startswith("MLX_METILE_CUDA_MMA")]:
-            del os.environ[k]
-        for item in filter(None, settings.split(";")):
-            k, _, v = item.partition("=")
-            os.environ[k] = v
-        compile_projection.cache_clear()  # kernels are cached per spec, not per setting
+        apply_cuda_settings(settings)
         for bucket in sorted({row_bucket(r) for r in rows}):  # as the op picks kernels
             art = compile_projection(spec, bucket, "cuda")
             entry = f"{art.entry}_v{vi}_b{bucket}"  # extern "C": unique across namespaces
@@ -178,9 +172,6 @@ def main() -> None:
                     args_c.append(f"(const {ctype}*)sets[p][{idx}]")
             grid_x, bm = art.grid(1, N)[0], art.schedule.BM
             variants.append((name, bucket, bm, entry, grid_x, art.threads_per_group[0], ", ".join(args_c)))
-    for k in [k for k in os.environ if k.startswith("MLX_METILE_CUDA_MMA")]:
-        del os.environ[k]
-    os.environ.update(saved)
     wbytes = 0
     for p in params:
         if p.kind != "buffer" or p.output or p.name == "x":
