@@ -144,6 +144,15 @@ def test_wide_mma_chunks_compile(fresh_kernels, monkeypatch):
     assert "mA" not in odd
 
 
+def k_split(art) -> tuple:
+    """What a tensor-core kernel's K split is made of: its warps and the lines giving
+    each warp's range of chunks (part of every row's sum order)."""
+    lines = [ln.strip() for ln in art.source.splitlines()]
+    split = tuple(ln for ln in lines if ln.startswith(("const int chunks", "const int per_warp")))
+    assert len(split) == 2, art.entry
+    return (art.schedule.SG, *split)
+
+
 @pytest.mark.parametrize(
     "knobs",
     [{}, {"GROUPS": "8"}, {"STAGED": "0"}, {"STAGED": "0", "BATCH": "4"}, {"WIDE": "1"}, {"BATCH": "2", "TILES": "2"}],
@@ -161,13 +170,7 @@ def test_mma_k_split_is_the_same_for_every_row_bucket(fresh_kernels, monkeypatch
         ProjectionSpec("f16", (q8,), None, True, k_multiple=64),
         ProjectionSpec("bf16", (q4, q4, q4), k_multiple=256),
     ):
-        splits = set()
-        for bucket in (1, 16, 32):
-            art = compile_projection(spec, bucket, "cuda")
-            lines = art.source.splitlines()
-            split = [ln.strip() for ln in lines if ln.strip().startswith(("const int chunks", "const int per_warp"))]
-            assert len(split) == 2, spec.name()
-            splits.add((art.schedule.SG, *split))
+        splits = {k_split(compile_projection(spec, bucket, "cuda")) for bucket in (1, 16, 32)}
         assert len(splits) == 1, (spec.name(), splits)
 
 
@@ -199,8 +202,7 @@ def test_staged_mma_kernels_compile(fresh_kernels, monkeypatch, spec, groups):
         if groups:
             assert f"const int ch0 = c_begin + st * {groups};" in art.source, spec.name()
             assert ("__launch_bounds__(128, 4)" in art.source) == (bucket <= 8), spec.name()
-        lines = [ln.strip() for ln in art.source.splitlines()]
-        splits.add(tuple(ln for ln in lines if ln.startswith(("const int chunks", "const int per_warp"))))
+        splits.add(k_split(art))
         assert ptx(art, "sm_90")[:4] == b"\x7fELF"
     assert len(splits) == 1, splits
 
@@ -265,8 +267,7 @@ def test_staged_dense_weights_are_opt_in_and_compile(fresh_kernels, monkeypatch)
                 art = compile_projection(spec, bucket, "cuda")
                 assert art.schedule.kind == "mma", spec.name()
                 assert ("metile_cp16(" in art.source) == want, (mode, spec.name())
-                lines = [ln.strip() for ln in art.source.splitlines()]
-                splits.add(tuple(ln for ln in lines if ln.startswith(("const int chunks", "const int per_warp"))))
+                splits.add(k_split(art))
                 assert ptx(art, "sm_90")[:4] == b"\x7fELF"
             assert len(splits) == 1, (mode, spec.name(), splits)
     monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", "yes")
