@@ -553,17 +553,9 @@ def main() -> int:
         help="products per mx.eval (a model's decode step evaluates a few hundred projections at once)",
     )
     ap.add_argument("--modes", nargs="*", default=list(MODES), choices=list(MODES))
-    ap.add_argument(
-        "--mma-opt-in",
-        action="store_true",
-        help="also put fused q/k/v and dense weights on the tensor-core schedule (MLX_METILE_CUDA_MMA_FUSED/_DENSE)",
-    )
     args = ap.parse_args()
     PRODUCTS_PER_EVAL = args.products_per_eval
     MODES[:] = [m for m in MODES if m in args.modes]
-    if args.mma_opt_in:
-        os.environ["MLX_METILE_CUDA_MMA_FUSED"] = "1"
-        os.environ.setdefault("MLX_METILE_CUDA_MMA_DENSE", "1")  # or =staged, given in the environment
     mx.set_default_device(mx.gpu)
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -572,7 +564,8 @@ def main() -> int:
         "device": str(mx.default_device()),
         "device_info": {k: str(v) for k, v in mx.device_info().items()},
         "platform": platform.platform(),
-        "mma_opt_in": args.mma_opt_in,
+        # settings that change the generated CUDA (none: the defaults), e.g. MLX_METILE_CUDA_MMA_DENSE=1
+        "cuda_settings": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MLX_METILE_CUDA_")},
         "products_per_eval": PRODUCTS_PER_EVAL,
         "python": sys.version.split()[0],
     }

@@ -2,7 +2,7 @@
 # One device call on the lent GPU machine, after the MLX CUDA wheel is installed
 # into $HOME/site (see ../shared/DEVICE.md):
 #   bash bench/h200_checks.sh OUTDIR [full|quick]
-# 1. gradients and the correctness matrix (with the opt-in dense tensor-core variant);
+# 1. gradients and the correctness matrix (default settings);
 # 2. Nsight Compute profiles of the default kernel (int4, rows 1 and 16);
 # 3. the benchmark (every shape, format and row count, PyTorch's F.linear and int4 kernel)
 #    with the default settings.
@@ -16,7 +16,7 @@ set -uo pipefail
 out=${1:?usage: h200_checks.sh OUTDIR [full|quick]}
 matrix=${2:-full}
 export PYTHONPATH=$HOME/site:$PWD:${PYTHONPATH:-}
-timeout 240 python3 bench/h200.py --out "$out/correct.json" --correctness "$matrix" --mma-opt-in --shapes 2>&1 |
+timeout 240 python3 bench/h200.py --out "$out/correct.json" --correctness "$matrix" --shapes 2>&1 |
   grep -v "^{"
 bash bench/h200_profile.sh "$out" int4:1 int4:16
 timeout 280 python3 bench/h200.py --out "$out/bench.json" --correctness none 2>&1 | tail -3

@@ -17,39 +17,38 @@ from pathlib import Path
 HARNESS = Path(__file__).with_name("generated_harness.py")
 E = "MLX_METILE_CUDA_MMA_"
 
-# name: (harness arguments, variants)
+# name: (harness arguments, variants). Session 5's questions: staged dense weights with 4, 8
+# or 16 warps on every bf16 shape of the benchmark, against split-K; warps and groups per stage
+# for 4-bit weights on narrow outputs (96-256 tiles of 16 columns: under one block per SM at 4
+# warps); the nibble-split 8-bit default on the shapes not yet measured.
+STAGED = f"{E}DENSE=staged"
+BF16_VARIANTS = ["splitk=", f"staged={STAGED}", f"staged_w8={STAGED};{E}WARPS=8", f"staged_w16={STAGED};{E}WARPS=16"]
+NARROW_Q4 = [
+    "default=",
+    f"w8={E}WARPS=8",
+    f"w8g2={E}WARPS=8;{E}GROUPS=2",
+    f"w16={E}WARPS=16",
+    f"w16g2={E}WARPS=16;{E}GROUPS=2",
+]
+Q8 = ["default=", f"q8split={E}Q8SPLIT=1", f"q8split_w8g2={E}Q8SPLIT=1;{E}WARPS=8;{E}GROUPS=2"]
+
+
+def shape(fmt: str, k: int, n: int, pool: int) -> list[str]:
+    return ["--format", fmt, "--epilogue", "none", "--k", str(k), "--n", str(n), "--pool", str(pool)]
+
+
 SUITE = {
-    # one wave for gate/up's 896 blocks needs 7 per SM: 2 groups x 2 stages fit 7 rings, and the
-    # launch bound caps registers at 72 (ptxas: 96 bytes spilled); 6 per SM fits without spills
-    "q4g64_gateup_fused": (
-        ["--format", "q4g64"],
-        [
-            "default=",
-            f"w2mb8={E}WARPS=2;{E}MINBLOCKS=8",
-            f"g2s2mb7={E}GROUPS=2;{E}STAGES=2;{E}MINBLOCKS=7",
-            f"g2s3mb6={E}GROUPS=2;{E}STAGES=3;{E}MINBLOCKS=6",
-        ],
-    ),
-    "q4g64_4096x4096": (
-        ["--format", "q4g64", "--epilogue", "none", "--n", "4096", "--pool", "32"],
-        ["default=", f"w8={E}WARPS=8", f"w16={E}WARPS=16"],
-    ),
-    "q4g64_14336x4096": (
-        ["--format", "q4g64", "--epilogue", "none", "--k", "14336", "--n", "4096", "--pool", "16"],
-        ["default=", f"w8={E}WARPS=8"],
-    ),
-    "q8g64_gateup_fused": (
-        ["--format", "q8g64"],
-        ["default=", f"q8split={E}Q8SPLIT=1", f"q8split_g4w2={E}Q8SPLIT=1;{E}GROUPS=4;{E}WARPS=2"],
-    ),
-    "q8g64_14336x4096": (
-        ["--format", "q8g64", "--epilogue", "none", "--k", "14336", "--n", "4096", "--pool", "16"],
-        ["default=", f"q8split={E}Q8SPLIT=1", f"q8split_w8={E}Q8SPLIT=1;{E}WARPS=8"],
-    ),
-    "bf16_4096x14336": (
-        ["--format", "bf16", "--epilogue", "none", "--n", "14336"],
-        ["splitk=", f"direct={E}DENSE=1", f"staged={E}DENSE=staged", f"staged_w8={E}DENSE=staged;{E}WARPS=8"],
-    ),
+    "bf16_4096x4096": (shape("bf16", 4096, 4096, 16), BF16_VARIANTS),
+    "bf16_14336x4096": (shape("bf16", 14336, 4096, 8), BF16_VARIANTS),
+    "bf16_1536x8960": (shape("bf16", 1536, 8960, 16), BF16_VARIANTS),
+    "bf16_8960x1536": (shape("bf16", 8960, 1536, 16), BF16_VARIANTS),
+    "bf16_gateup_fused": (["--format", "bf16"], BF16_VARIANTS[:3]),
+    "q4g64_4096x4096": (shape("q4g64", 4096, 4096, 32), NARROW_Q4),
+    "q4g64_8960x1536": (shape("q4g64", 8960, 1536, 64), NARROW_Q4),
+    "q4g64_1536x8960": (shape("q4g64", 1536, 8960, 64), NARROW_Q4),
+    "q4g64_14336x4096": (shape("q4g64", 14336, 4096, 16), NARROW_Q4[:3]),
+    "q8g64_4096x4096": (shape("q8g64", 4096, 4096, 32), Q8),
+    "q8g64_8960x1536": (shape("q8g64", 8960, 1536, 32), Q8),
 }
 
 

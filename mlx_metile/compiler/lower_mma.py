@@ -33,7 +33,7 @@ batch and tiles change where loads are issued, not the order of any sum.
 
 Accepted: bf16 or f16 activations; a single projection, SwiGLU's gate and up,
 or weights concatenated into one accumulator (fused q/k/v), all of
-one format: 4-bit, 8-bit, or (opt-in, see dense_mma) dense weights of the
+one format: 4-bit, 8-bit, or (see dense_mma) dense weights of the
 activation dtype with K a multiple of 32. Other specs use `simd_splitk`.
 """
 
@@ -98,11 +98,12 @@ def mma_setting(name: str, rows_bucket: int = 8) -> int:
     return value
 
 
-def mma_shape(rows_bucket: int, accumulators: int) -> tuple[int, int]:
-    """(warps, column tiles) per block: the settings, tiles then warps halved
-    while the warps' partial sums would overflow static shared memory, or the
-    partial sums a lane's registers."""
-    warps, tiles, rt = mma_setting("warps"), mma_setting("tiles", rows_bucket), rows_bucket // 8
+def mma_shape(rows_bucket: int, accumulators: int, warps: int | None = None) -> tuple[int, int]:
+    """(warps, column tiles) per block: the settings (warps: the spec's, see
+    lower_mma_staged.mma_warps), tiles then warps halved while the warps' partial
+    sums would overflow static shared memory, or the partial sums a lane's registers."""
+    warps = warps or mma_setting("warps")
+    tiles, rt = mma_setting("tiles", rows_bucket), rows_bucket // 8
 
     def partial_bytes() -> int:
         return warps * accumulators * tiles * rt * 4 * 32 * 4
@@ -125,27 +126,34 @@ def mma_supported(spec: ProjectionSpec) -> bool:
     for w in spec.weights:
         if w.quantized and w.bits not in (4, 8):
             return False
-        if not w.quantized and (w.dtype != spec.act_dtype or spec.k_divisor % 32 or not dense_mma()):
+        if not w.quantized and (w.dtype != spec.act_dtype or spec.k_divisor % 32 or not dense_mma(spec)):
             return False
     return True
 
 
 def dense_mode() -> str:
-    """MLX_METILE_CUDA_MMA_DENSE: "0" (default), "1" or "staged" - see dense_mma."""
+    """MLX_METILE_CUDA_MMA_DENSE: "staged" (default), "1" or "0" - see dense_mma."""
     var = "MLX_METILE_CUDA_MMA_DENSE"
-    value = os.environ.get(var, "0")
+    value = os.environ.get(var, "staged")
     if value not in ("0", "1", "staged"):
         raise ValueError(f"{var}: expected 0, 1 or staged, got {value!r}")
     return value
 
 
-def dense_mma() -> bool:
-    """Dense weights take the tensor-core schedule only with MLX_METILE_CUDA_MMA_DENSE=1
-    (direct loads) or =staged (the staged ring of lower_mma_staged; compile-tested,
-    not yet run on a GPU): with direct loads on the H200 it lost to split-K at 1-4
-    rows (0.65-0.8x stock against 0.9-1.0x) and won at 8-32 (bench/results/h200-sweep-*),
-    and one spec keeps one schedule for all of 1..32 rows so that its rows stay invariant."""
-    return dense_mode() != "0"
+def dense_mma(spec: ProjectionSpec) -> bool:
+    """Whether dense weights take the tensor-core schedule: by default through the
+    staged ring of lower_mma_staged where K holds whole stages (64 k), else split-K;
+    MLX_METILE_CUDA_MMA_DENSE=1 forces the direct loads, =0 split-K. H200, kernel
+    alone (bench/results/h200-ab-2026-11-29-session5.json): staged 2.0-3.4 TB/s at
+    1-32 rows on the benchmark's shapes against split-K's 0.3-4.0 (split-K wins
+    only the 1-2 row gate/up, by 6-14%); the direct loads lost to both. One spec
+    keeps one schedule for all of 1..32 rows so that its rows stay invariant."""
+    mode = dense_mode()
+    if mode == "staged":
+        from .lower_mma_staged import DENSE_STAGE_K
+
+        return spec.k_divisor % DENSE_STAGE_K == 0
+    return mode == "1"
 
 
 def fused_mma() -> bool:
@@ -189,12 +197,14 @@ Q8_SPLIT_OFFSET = 2048 + 128
 
 
 def q8_split(spec: ProjectionSpec) -> bool:
-    """MLX_METILE_CUDA_MMA_Q8SPLIT=1: 8-bit weights with bf16 activations unpacked
-    nibble by nibble, two MMAs per word into one accumulator (codegen/cuda.py
-    Q8_SPLIT_HELPERS) - fewer instructions than the exact f32 conversion per pair.
-    Compile-tested, not yet run on a GPU, so off."""
+    """8-bit weights with bf16 activations unpacked nibble by nibble, two MMAs per
+    word into one accumulator (codegen/cuda.py Q8_SPLIT_HELPERS) - fewer
+    instructions than the exact f32 conversion per pair. On by default
+    (MLX_METILE_CUDA_MMA_Q8SPLIT=0 turns it off): on the H200, kernel alone, +4-12%
+    at 1-16 rows on every measured shape, 3-19% slower at 32 (one setting for all
+    row buckets: it changes a row's rounding)."""
     w = spec.weights[0]
-    return mma_override("q8split") == 1 and w.quantized and w.bits == 8 and spec.act_dtype == "bf16"
+    return mma_override("q8split") != 0 and w.quantized and w.bits == 8 and spec.act_dtype == "bf16"
 
 
 # bf16 / f16 pairs of 1.0: the A operand that turns an MMA into sums of x

@@ -46,6 +46,8 @@ from .lower_mma import (
 
 PAD = 16  # bytes after each ring row: the rows of a shared load on distinct banks
 MAX_STAGES = 4
+DENSE_STAGE_K = 64  # k of a dense column per stage by default: 2 chunks of 32, 128 bytes
+DENSE_WARPS = 8
 
 
 def chunk_bytes(spec: ProjectionSpec) -> int:
@@ -96,6 +98,23 @@ def ring_stages(spec: ProjectionSpec, warps: int) -> int:
     return stages
 
 
+def mma_warps(spec: ProjectionSpec) -> int:
+    """Warps per block splitting K (a property of the spec: part of every row's sum
+    order): MLX_METILE_CUDA_MMA_WARPS, else 8 for dense weights on the staged ring
+    where 8 rings of 2 stages fit shared memory, else lower_mma's 4. H200, kernel
+    alone (bench/results/h200-ab-2026-11-29-session5.json): 8 warps beat 4 by 2-30%
+    on bf16 4096->4096, 4096->14336, 14336->4096 and 8960->1536 at 1-16 rows, lost
+    7-10% on 1536->8960 (K too short for 8 warps' rings, won at 32 rows); for 4-bit
+    weights 8 warps measured slower on every shape tried."""
+    value = mma_override("warps")
+    if value is not None:
+        return value
+    dense_staged = not spec.weights[0].quantized and dense_mode() == "staged"
+    if dense_staged and DENSE_WARPS * 2 * slot_bytes(spec) <= SMEM_LIMIT:
+        return DENSE_WARPS
+    return mma_setting("warps")
+
+
 def staged(spec: ProjectionSpec, schedule) -> bool:
     """Quantized weights, one 16-column tile per block, K a whole number of
     stages, a column's stage at most 512 bytes (one warp-wide copy) with its
@@ -105,7 +124,7 @@ def staged(spec: ProjectionSpec, schedule) -> bool:
     if os.environ.get("MLX_METILE_CUDA_MMA_STAGED", "1") == "0" or wide(spec):
         return False
     if not w.quantized and dense_mode() != "staged":
-        return False  # dense weights: direct loads unless asked (not yet run on a GPU)
+        return False  # dense weights: the direct loads with MLX_METILE_CUDA_MMA_DENSE=1
     groups = stage_groups(spec)
     return (
         mma_setting("tiles", schedule.BM) == 1

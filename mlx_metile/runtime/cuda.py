@@ -60,24 +60,28 @@ def compiler() -> tuple[str, str]:
 
 
 def binary_kind(arch: str, tool: str) -> str:
-    """What `ptx` hands MLX: PTX for a `compute_NN` arch; for `sm_NN` a cubin, or
-    with MLX_METILE_CUDA_BINARY=fatbin (nvcc only) a compressed fatbin of the same
-    machine code. Why a fatbin: MLX hashes the whole binary at every launch of a
-    precompiled kernel (mlx/backend/cuda/custom_kernel.cpp, to name its module), and
-    compression makes that 3x shorter (25 KB -> 9 KB for the int4 gate/up kernel;
-    9 us -> 1.8 us of std::hash on this project's CPU). Not yet run on a GPU, so off."""
+    """What `ptx` hands MLX: PTX for a `compute_NN` arch; for `sm_NN` a compressed
+    fatbin of the machine code alone when nvcc builds it, a cubin from NVRTC or with
+    MLX_METILE_CUDA_BINARY=cubin. Why a fatbin: MLX hashes the whole binary at every
+    launch of a precompiled kernel (mlx/backend/cuda/custom_kernel.cpp, to name its
+    module), and compression makes that 3x shorter (25 KB -> 9 KB for the int4 gate/up
+    kernel; 9 us -> 1.8 us of std::hash on this project's CPU). On the H200 fatbins
+    loaded and passed the correctness matrix (bench/results/h200-2026-11-29-session5-*)."""
     if arch.startswith("compute_"):
         return "ptx"
-    want = os.environ.get("MLX_METILE_CUDA_BINARY", "cubin")
+    want = os.environ.get("MLX_METILE_CUDA_BINARY", "fatbin")
     if want not in ("cubin", "fatbin"):
         raise ValueError(f"MLX_METILE_CUDA_BINARY: expected cubin or fatbin, got {want!r}")
     return "fatbin" if want == "fatbin" and tool == "nvcc" else "cubin"
 
 
+MAGIC = {"cubin": b"\x7fELF", "fatbin": b"\x50\xed\x55\xba"}  # the fatbin's, 0xBA55ED50 little-endian
+
+
 @lru_cache(maxsize=512)
 def ptx(artifact: Artifact, arch: str | None = None) -> bytes:
-    """Machine code of a CUDA artifact: a cubin for an `sm_NN` arch (or a
-    compressed fatbin, see binary_kind), PTX for a `compute_NN` one (portable,
+    """Machine code of a CUDA artifact: a compressed fatbin or a cubin for an
+    `sm_NN` arch (see binary_kind), PTX for a `compute_NN` one (portable,
     JIT-compiled by the driver); cached on disk by source hash and compiler."""
     if artifact.target != "cuda":
         raise ValueError(f"artifact: expected a cuda artifact, got {artifact.target}")

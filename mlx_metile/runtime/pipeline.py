@@ -10,6 +10,7 @@ from ..codegen import RENDERERS
 from ..compiler import choose, lower
 from ..compiler.lower_mma import chunk_k as mma_chunk
 from ..compiler.lower_mma import mma_supported
+from ..compiler.lower_mma_staged import mma_warps
 from ..ir import bind_meta, format_program, verify
 from ..kernels import projection_program
 from ..spec import ProjectionSpec
@@ -22,6 +23,7 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
     if target not in RENDERERS:
         raise ValueError(f"unknown target {target!r}; known: {sorted(RENDERERS)}")
     program = projection_program(spec)
+    mma = target == "cuda" and tensor_cores() and mma_supported(spec)
     schedule = choose(
         rows_bucket,
         spec.accumulators,
@@ -30,7 +32,8 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
         tuple(w.dtype for w in spec.weights),
         spec.act_dtype,
         target,
-        mma_chunk(spec) if target == "cuda" and tensor_cores() and mma_supported(spec) else 0,
+        mma_chunk(spec) if mma else 0,
+        mma_warps(spec) if mma else 0,
     )
     bound = bind_meta(program, schedule.meta())
     verify(bound)

@@ -12,7 +12,7 @@ import pytest
 
 from mlx_metile.compiler.schedule import ROW_BUCKETS, TILED_BUCKET
 from mlx_metile.runtime import compile_projection
-from mlx_metile.runtime.cuda import find_nvcc, ptx
+from mlx_metile.runtime.cuda import MAGIC, binary_kind, compiler, find_nvcc, ptx
 from mlx_metile.runtime.nvrtc import find_nvrtc, include_dirs
 from mlx_metile.spec import ProjectionSpec, WeightFormat
 
@@ -40,6 +40,12 @@ def _specs():
 SPECS = list(_specs())
 
 
+def sm90_code(data: bytes) -> bool:
+    """Machine code of the kind this machine's compiler gives for sm_90 (nvcc: a
+    compressed fatbin; NVRTC: a cubin)."""
+    return data[:4] == MAGIC[binary_kind("sm_90", compiler()[0])]
+
+
 @pytest.fixture
 def fresh_kernels():
     """Kernels compiled under this test's settings, none cached from another's."""
@@ -53,7 +59,7 @@ def test_every_row_bucket_compiles_for_sm90(spec):
     for bucket in (*ROW_BUCKETS, TILED_BUCKET):
         art = compile_projection(spec, bucket, "cuda")
         code = ptx(art, "sm_90")
-        assert code[:4] == b"\x7fELF", "an sm_90 build is a cubin"
+        assert sm90_code(code), "an sm_90 build is machine code"
 
 
 @pytest.mark.parametrize("spec", SPECS[:3], ids=lambda s: s.name())
@@ -79,7 +85,7 @@ def test_fused_and_dense_tensor_core_variants_compile(fresh_kernels, monkeypatch
         for bucket in (1, 8, 32):
             art = compile_projection(spec, bucket, "cuda")
             assert art.schedule.kind == "mma", spec.name()
-            assert ptx(art, "sm_90")[:4] == b"\x7fELF"
+            assert sm90_code(ptx(art, "sm_90"))
 
 
 MAINLOOPS = [
@@ -120,7 +126,7 @@ def test_mma_mainloop_variants_compile(fresh_kernels, monkeypatch, knobs):
                 vector = aligned and batch > 1
                 want = scales if vector else "unsigned short"
                 assert f"const {want} s0_0a_0 = " in art.source, spec.name()
-            assert ptx(art, "sm_90")[:4] == b"\x7fELF"
+            assert sm90_code(ptx(art, "sm_90"))
 
 
 def test_wide_mma_chunks_compile(fresh_kernels, monkeypatch):
@@ -137,7 +143,7 @@ def test_wide_mma_chunks_compile(fresh_kernels, monkeypatch):
         for bucket in (1, 32):
             art = compile_projection(spec, bucket, "cuda")
             assert "const unsigned mA = t < 2" in art.source, spec.name()
-            assert ptx(art, "sm_90")[:4] == b"\x7fELF"
+            assert sm90_code(ptx(art, "sm_90"))
     wide = compile_projection(ProjectionSpec("bf16", (q4,), k_multiple=256), 1, "cuda").source
     assert "const uint4 w0_0av0_0 = " in wide and "2 * (ch0 + 0)" in wide
     odd = compile_projection(ProjectionSpec("bf16", (q4,), k_multiple=64), 1, "cuda").source
@@ -203,7 +209,7 @@ def test_staged_mma_kernels_compile(fresh_kernels, monkeypatch, spec, groups):
             assert f"const int ch0 = c_begin + st * {groups};" in art.source, spec.name()
             assert ("__launch_bounds__(128, 4)" in art.source) == (bucket <= 8), spec.name()
         splits.add(k_split(art))
-        assert ptx(art, "sm_90")[:4] == b"\x7fELF"
+        assert sm90_code(ptx(art, "sm_90"))
     assert len(splits) == 1, splits
 
 
@@ -215,7 +221,7 @@ def test_staged_falls_back_where_a_stage_would_not_fit_one_copy(fresh_kernels, m
     for fmt in (WeightFormat("f32", 4, 32), WeightFormat("bf16", 8, 128)):
         art = compile_projection(ProjectionSpec("bf16", (fmt,), k_multiple=1024), 1, "cuda")
         assert art.schedule.kind == "mma" and "metile_cp16(" not in art.source
-        assert ptx(art, "sm_90")[:4] == b"\x7fELF"
+        assert sm90_code(ptx(art, "sm_90"))
 
 
 def test_staged_settings_are_checked(fresh_kernels, monkeypatch):
@@ -230,15 +236,16 @@ def test_staged_settings_are_checked(fresh_kernels, monkeypatch):
 
 @pytest.mark.skipif(find_nvcc() is None, reason="a fatbin needs nvcc (NVRTC gives cubins)")
 def test_compressed_fatbin_holds_the_same_kernel_smaller(fresh_kernels, monkeypatch):
-    """MLX_METILE_CUDA_BINARY=fatbin: a compressed fatbin (magic 0xBA55ED50) of the sm_90
-    code alone, smaller than the cubin MLX would otherwise hash at every launch."""
+    """nvcc builds a compressed fatbin (magic 0xBA55ED50) of the sm_90 code alone by
+    default, smaller than the cubin (MLX_METILE_CUDA_BINARY=cubin) MLX would otherwise
+    hash at every launch."""
     monkeypatch.setenv("MLX_METILE_CUDA_COMPILER", "nvcc")
     spec = STAGED_SPECS[0][0]
     art = compile_projection(spec, 1, "cuda")
-    cubin = ptx(art, "sm_90")
-    ptx.cache_clear()
-    monkeypatch.setenv("MLX_METILE_CUDA_BINARY", "fatbin")
     fatbin = ptx(art, "sm_90")
+    ptx.cache_clear()
+    monkeypatch.setenv("MLX_METILE_CUDA_BINARY", "cubin")
+    cubin = ptx(art, "sm_90")
     ptx.cache_clear()
     assert cubin[:4] == b"\x7fELF" and fatbin[:4] == b"\x50\xed\x55\xba"
     assert len(fatbin) < len(cubin) / 2
@@ -247,37 +254,50 @@ def test_compressed_fatbin_holds_the_same_kernel_smaller(fresh_kernels, monkeypa
         ptx(art, "sm_90")
 
 
-def test_staged_dense_weights_are_opt_in_and_compile(fresh_kernels, monkeypatch):
-    """MLX_METILE_CUDA_MMA_DENSE=staged puts dense weights on the tensor cores through
-    the staged ring (32 k of a column per chunk, no scales); =1 keeps the direct loads
-    that ran on the H200; anything else is refused by name."""
+def test_dense_weights_are_staged_by_default_and_compile(fresh_kernels, monkeypatch):
+    """Dense weights take the staged ring by default (32 k of a column per chunk, no
+    scales), with 8 warps where 8 rings of 2 stages fit shared memory (4 for gate/up's
+    32-row ring), one K split for every row bucket; MLX_METILE_CUDA_MMA_DENSE=1 keeps
+    the direct loads, =0 split-K; anything else is refused by name."""
     monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
-    specs = [
-        ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256),
-        ProjectionSpec("bf16", (WeightFormat("bf16", has_bias=True, bias_dtype="bf16"),) * 2, "swiglu", k_multiple=64),
-        ProjectionSpec("f16", (WeightFormat("f16"),) * 3, k_multiple=128),  # fused q/k/v
-        ProjectionSpec("f16", (WeightFormat("f16"),), None, True, k_multiple=64),
+    specs = [  # (spec, warps by default)
+        (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 8),
+        (
+            ProjectionSpec(
+                "bf16", (WeightFormat("bf16", has_bias=True, bias_dtype="bf16"),) * 2, "swiglu", k_multiple=64
+            ),
+            4,
+        ),
+        (ProjectionSpec("f16", (WeightFormat("f16"),) * 3, k_multiple=128), 8),  # fused q/k/v
+        (ProjectionSpec("f16", (WeightFormat("f16"),), None, True, k_multiple=64), 8),
     ]
-    for mode, want in (("staged", True), ("1", False)):
-        monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", mode)
+    for mode, want in ((None, True), ("staged", True), ("1", False)):
+        if mode is None:
+            monkeypatch.delenv("MLX_METILE_CUDA_MMA_DENSE", raising=False)
+        else:
+            monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", mode)
         compile_projection.cache_clear()
-        for spec in specs:
+        for spec, warps in specs:
             splits = set()
             for bucket in (1, 16, 32):
                 art = compile_projection(spec, bucket, "cuda")
                 assert art.schedule.kind == "mma", spec.name()
                 assert ("metile_cp16(" in art.source) == want, (mode, spec.name())
+                assert art.schedule.SG == (warps if want else 4), (mode, spec.name())
                 splits.add(k_split(art))
-                assert ptx(art, "sm_90")[:4] == b"\x7fELF"
+                assert sm90_code(ptx(art, "sm_90"))
             assert len(splits) == 1, (mode, spec.name(), splits)
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", "0")
+    compile_projection.cache_clear()
+    assert compile_projection(specs[0][0], 1, "cuda").schedule.kind == "simd_splitk"
     monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", "yes")
     compile_projection.cache_clear()
     with pytest.raises(ValueError, match="MLX_METILE_CUDA_MMA_DENSE"):
-        compile_projection(specs[0], 1, "cuda")
+        compile_projection(specs[0][0], 1, "cuda")
 
 
-def test_q8_split_is_opt_in_and_its_constants_are_exact(fresh_kernels, monkeypatch):
-    """MLX_METILE_CUDA_MMA_Q8SPLIT=1: 8-bit weights with bf16 activations enter the MMA as
+def test_q8_split_is_default_and_its_constants_are_exact(fresh_kernels, monkeypatch):
+    """By default (MLX_METILE_CUDA_MMA_Q8SPLIT=0 turns it off) 8-bit weights with bf16 activations enter the MMA as
     128 + low nibble and 2048 + 16 * high nibble (both exact in bf16), two MMAs per word
     into one accumulator, 2176 * scale taken off the bias. The helpers' magic constants
     decode to exactly those values; f16 activations and 4-bit weights are unaffected."""
@@ -296,7 +316,7 @@ def test_q8_split_is_opt_in_and_its_constants_are_exact(fresh_kernels, monkeypat
     assert Q8_SPLIT_OFFSET == 128 + 2048
 
     q8 = ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),) * 2, "swiglu", k_multiple=256)
-    plain = {b: compile_projection(q8, b, "cuda").source for b in (1, 32)}
+    default = {b: compile_projection(q8, b, "cuda").source for b in (1, 32)}
     monkeypatch.setenv("MLX_METILE_CUDA_MMA_Q8SPLIT", "1")
     for staged in ("1", "0"):
         monkeypatch.setenv("MLX_METILE_CUDA_MMA_STAGED", staged)
@@ -305,15 +325,19 @@ def test_q8_split_is_opt_in_and_its_constants_are_exact(fresh_kernels, monkeypat
             art = compile_projection(q8, bucket, "cuda")
             assert "metile_q8hi_bf16(w" in art.source and "metile_q8_bf16(w" not in art.source
             assert "fmaf(-2176.0f, sc" in art.source
-            assert ptx(art, "sm_90")[:4] == b"\x7fELF"
+            assert sm90_code(ptx(art, "sm_90"))
     for other in (WeightFormat("f16", 8, 64), WeightFormat("bf16", 4, 64)):
         act = other.dtype
         art = compile_projection(ProjectionSpec(act, (other,), k_multiple=256), 1, "cuda")
         assert "metile_q8hi" not in art.source
-    monkeypatch.delenv("MLX_METILE_CUDA_MMA_Q8SPLIT")
     monkeypatch.delenv("MLX_METILE_CUDA_MMA_STAGED")
     compile_projection.cache_clear()
-    assert {b: compile_projection(q8, b, "cuda").source for b in (1, 32)} == plain  # off by default
+    assert {b: compile_projection(q8, b, "cuda").source for b in (1, 32)} == default  # on by default
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_Q8SPLIT", "0")
+    compile_projection.cache_clear()
+    for bucket in (1, 32):
+        art = compile_projection(q8, bucket, "cuda")
+        assert "metile_q8_bf16(w" in art.source and "metile_q8hi" not in art.source
     monkeypatch.setenv("MLX_METILE_CUDA_MMA_Q8SPLIT", "yes")
     compile_projection.cache_clear()
     with pytest.raises(ValueError, match="MLX_METILE_CUDA_MMA_Q8SPLIT"):

@@ -62,12 +62,17 @@ def test_cuda_tensor_core_schedule_selection(monkeypatch):
     assert kind(ProjectionSpec("bf16", (q4,), None, True, k_multiple=64)) == "mma"
     assert kind(ProjectionSpec("bf16", (q4,), k_multiple=64), rows=33) == "tiled"
     assert kind(ProjectionSpec("bf16", (q4, q4, q4), k_multiple=64)) == "mma"  # concatenated q/k/v
-    # not taken: f32 activations, dense weights (opt-in), mixed formats
-    assert kind(ProjectionSpec("f32", (WeightFormat("f32", 4, 64),), k_multiple=64)) == "simd_splitk"
-    assert kind(ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=64)) == "simd_splitk"
-    assert kind(ProjectionSpec("bf16", (q4, WeightFormat("bf16", 8, 64)), "swiglu", k_multiple=64)) == "simd_splitk"
-    monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", "1")
+    # dense weights: the staged ring where K holds whole stages of 64 k, else split-K
     assert kind(ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=64)) == "mma"
+    assert kind(ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=32)) == "simd_splitk"
+    # not taken: f32 activations, mixed formats
+    assert kind(ProjectionSpec("f32", (WeightFormat("f32", 4, 64),), k_multiple=64)) == "simd_splitk"
+    assert kind(ProjectionSpec("f32", (WeightFormat("f32"),), k_multiple=64)) == "simd_splitk"
+    assert kind(ProjectionSpec("bf16", (q4, WeightFormat("bf16", 8, 64)), "swiglu", k_multiple=64)) == "simd_splitk"
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", "0")
+    assert kind(ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=64)) == "simd_splitk"
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_DENSE", "1")  # direct loads: K % 32 suffices
+    assert kind(ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=32)) == "mma"
     assert kind(ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=16)) == "simd_splitk"  # K % 32
     monkeypatch.setenv("MLX_METILE_CUDA_MMA", "0")
     assert kind(ProjectionSpec("bf16", (q4,), k_multiple=64)) == "simd_splitk"
