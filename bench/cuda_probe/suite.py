@@ -50,6 +50,14 @@ SUITE = {
     "q8g64_4096x4096": (shape("q8g64", 4096, 4096, 32), Q8),
     "q8g64_8960x1536": (shape("q8g64", 8960, 1536, 32), Q8),
 }
+# The default gate/up kernel over K (with bench/cuda_probe/fixed_cost.cu: a line t = a + bytes / B
+# through these separates the fixed cost of a launch from the streaming rate).
+for fmt in ("q4g64", "q8g64"):
+    for k, pool in ((1024, 32), (2048, 16), (8192, 4), (16384, 3)):
+        SUITE[f"{fmt}_gateup_k{k}"] = (
+            ["--format", fmt, "--k", str(k), "--rows", "1,8", "--pool", str(pool)],
+            ["default="],
+        )
 
 
 def main() -> int:

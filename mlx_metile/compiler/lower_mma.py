@@ -144,9 +144,9 @@ def dense_mma(spec: ProjectionSpec) -> bool:
     """Whether dense weights take the tensor-core schedule: by default through the
     staged ring of lower_mma_staged where K holds whole stages (64 k), else split-K;
     MLX_METILE_CUDA_MMA_DENSE=1 forces the direct loads, =0 split-K. H200, kernel
-    alone (bench/results/h200-ab-2026-11-29-session5.json): staged 2.0-3.4 TB/s at
-    1-32 rows on the benchmark's shapes against split-K's 0.3-4.0 (split-K wins
-    only the 1-2 row gate/up, by 6-14%); the direct loads lost to both. One spec
+    alone (bench/results/h200-ab-2026-11-29-session5.json): staged 1.4-3.4 TB/s at
+    1-32 rows on the benchmark's bf16 shapes against split-K's 0.28-3.6 (split-K wins
+    only 1-2 rows of the widest shapes, by 6-14%); the direct loads lost to both. One spec
     keeps one schedule for all of 1..32 rows so that its rows stay invariant."""
     mode = dense_mode()
     if mode == "staged":
