@@ -130,6 +130,24 @@ def _odd_group_count(arr, check, results) -> None:
                 _invariance(results, name, _rows_differing(y, alone), rows)
 
 
+def _wide_outputs(arr, check, results) -> None:
+    """Outputs of NARROW_COLUMNS columns or more (plus a tail of 40): 2 column tiles per
+    block on the staged ring on CUDA, at every row bucket."""
+    from mlx_metile.compiler.lower_mma_staged import NARROW_COLUMNS
+
+    K, N = 1024, NARROW_COLUMNS + 40
+    for bits in (4, 8):
+        wq, s, bq = mx.quantize(arr((N, K), mx.bfloat16, 0.05), group_size=64, bits=bits)
+        wd = dequantize_exact(wq, s, bq, 64, bits)
+        x = arr((32, K), mx.bfloat16)
+        alone = [np.array(_quantized(x[r : r + 1], wq, s, bq, 64, bits).astype(mx.float32)) for r in range(32)]
+        for rows in (1, 3, 8, 9, 16, 17, 32):
+            y = _quantized(x[:rows], wq, s, bq, 64, bits)
+            name = f"int{bits} g64 N={N} bf16 rows={rows}"
+            check(name, y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, mx.bfloat16)
+            _invariance(results, name, _rows_differing(y, alone), rows)
+
+
 def _quantized_fusions(arr, check, results, quick: bool) -> None:
     """Epilogues on quantized weights (the tensor-core schedule on CUDA): SwiGLU,
     residual, bias + GELU, against float64 and row by row against rows alone."""
@@ -290,6 +308,7 @@ def _correctness(quick: bool) -> dict:
                     check(f"int{bits} g{group} {dtype} rows={rows}", y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype)
                     _invariance(results, f"int{bits} g{group} {dtype}", _not_invariant(y, alone, rows), rows)
     _odd_group_count(arr, check, results)
+    _wide_outputs(arr, check, results)
     _quantized_fusions(arr, check, results, quick)
     # fused variants, bf16
     dtype = mx.bfloat16

@@ -24,6 +24,7 @@ from functools import lru_cache
 
 import mlx.core as mx
 
+from .compiler.lower_mma_staged import NARROW_COLUMNS
 from .compiler.schedule import row_bucket
 from .envvars import getenv
 from .gradients import differentiable
@@ -145,11 +146,18 @@ def _format(dtype: str, bits: int, group: int, has_bias: bool, bias_dtype: str) 
 
 @lru_cache(maxsize=1024)
 def _compiled(
-    act: str, formats: tuple, epilogue: str | None, residual: bool, k_multiple: int, bucket: int, target: str
+    act: str,
+    formats: tuple,
+    epilogue: str | None,
+    residual: bool,
+    k_multiple: int,
+    bucket: int,
+    target: str,
+    narrow: bool = False,
 ) -> tuple[ProjectionSpec, object]:
     """Spec and artifact for hashable primitives: the per-call cache lookup."""
     spec = ProjectionSpec(act, formats, epilogue, residual, k_multiple=k_multiple)
-    return spec, compile_projection(spec, bucket, target)
+    return spec, compile_projection(spec, bucket, target, narrow)
 
 
 @lru_cache(maxsize=64)
@@ -272,7 +280,9 @@ def _project(
     target = "cuda" if backend == "cuda" else "msl"
     # CUDA: up to 256, so the mma schedule knows when K holds whole multiples of 4 groups (aligned K split)
     k_multiple = math.gcd(K, 256 if target == "cuda" else 64)
-    _, artifact = _compiled(act, formats, epilogue, residual is not None, k_multiple, row_bucket(rows), target)
+    cols = Ns[0] if epilogue == "swiglu" else sum(Ns)
+    narrow = target == "cuda" and cols < NARROW_COLUMNS
+    _, artifact = _compiled(act, formats, epilogue, residual is not None, k_multiple, row_bucket(rows), target, narrow)
     inputs: list[mx.array] = [x2]
     for w, b in zip(weights, biases):
         if isinstance(w, QuantizedWeight):
@@ -285,7 +295,6 @@ def _project(
         inputs.append(res2)
     scalars = {"M": rows, "K": K, **{f"N{i}": n for i, n in enumerate(Ns)}}
     out_ns = [Ns[0]] if single else Ns
-    cols = Ns[0] if epilogue == "swiglu" else sum(Ns)
     if backend == "cuda":
         launch = lambda arrays: _launch_cuda(artifact, arrays, scalars, rows, cols, out_ns, out_dtype, s)  # noqa: E731
         if getenv("MLX_METILE_CUDA_GRADIENTS", "0") == "1":

@@ -60,10 +60,13 @@ SHARED = {"warps": 4, "wide": 0}
 # `minblocks` (staged schedule only): blocks per SM the compiler must fit, capping
 # registers - 4 at <= 8 rows (+1-13% on the H200 for 4-bit weights), none above,
 # where the cap spills (bench/results/h200-ab-2026-11-29-session4.json).
+# `tiles` 2: on the staged ring where it fits and the output is wide enough
+# (lower_mma_staged.staged_max_tiles), +3-39% on the H200 at 1-32 rows for 4096 -> 14336
+# (bench/results/h200-ab-2026-11-29-session5.json, call 13); 1 elsewhere.
 DEFAULTS = {
-    8: {"batch": 2, "tiles": 1, "minblocks": 4},
-    16: {"batch": 1, "tiles": 1, "minblocks": 0},
-    32: {"batch": 1, "tiles": 1, "minblocks": 0},
+    8: {"batch": 2, "tiles": 2, "minblocks": 4},
+    16: {"batch": 1, "tiles": 2, "minblocks": 0},
+    32: {"batch": 1, "tiles": 2, "minblocks": 0},
 }
 ALLOWED = {
     "warps": (1, 2, 4, 8, 16),
@@ -98,12 +101,13 @@ def mma_setting(name: str, rows_bucket: int = 8) -> int:
     return value
 
 
-def mma_shape(rows_bucket: int, accumulators: int, warps: int | None = None) -> tuple[int, int]:
+def mma_shape(rows_bucket: int, accumulators: int, warps: int | None = None, max_tiles: int = 4) -> tuple[int, int]:
     """(warps, column tiles) per block: the settings (warps: the spec's, see
-    lower_mma_staged.mma_warps), tiles then warps halved while the warps' partial
-    sums would overflow static shared memory, or the partial sums a lane's registers."""
+    lower_mma_staged.mma_warps; tiles at most `max_tiles`, what the staged rings
+    fit), tiles then warps halved while the warps' partial sums would overflow
+    static shared memory, or the partial sums a lane's registers."""
     warps = warps or mma_setting("warps")
-    tiles, rt = mma_setting("tiles", rows_bucket), rows_bucket // 8
+    tiles, rt = min(mma_setting("tiles", rows_bucket), max_tiles), rows_bucket // 8
 
     def partial_bytes() -> int:
         return warps * accumulators * tiles * rt * 4 * 32 * 4

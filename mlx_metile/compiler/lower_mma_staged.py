@@ -79,23 +79,44 @@ def stage_groups(spec: ProjectionSpec) -> int:
     return groups
 
 
-def ring_rows(spec: ProjectionSpec) -> int:
-    return TILE * (2 if spec.epilogue == "swiglu" else 1)
+def ring_rows(spec: ProjectionSpec, tiles: int = 1) -> int:
+    """Rows of a stage: 16 columns per tile and accumulator, ordered (accumulator, tile, column)."""
+    return TILE * tiles * (2 if spec.epilogue == "swiglu" else 1)
 
 
-def slot_bytes(spec: ProjectionSpec) -> int:
+def slot_bytes(spec: ProjectionSpec, tiles: int = 1) -> int:
     """One stage of one warp: the weight rows (padded), then scales, then biases."""
     groups = stage_groups(spec)
-    return ring_rows(spec) * (groups * chunk_bytes(spec) + PAD + 2 * groups * scale_bytes_of(spec))
+    return ring_rows(spec, tiles) * (groups * chunk_bytes(spec) + PAD + 2 * groups * scale_bytes_of(spec))
 
 
-def ring_stages(spec: ProjectionSpec, warps: int) -> int:
+def ring_stages(spec: ProjectionSpec, warps: int, tiles: int = 1) -> int:
     """MLX_METILE_CUDA_MMA_STAGES (2..4), else MAX_STAGES; fewer while the
     block's rings exceed static shared memory."""
     stages = mma_override("stages") or MAX_STAGES
-    while stages > 1 and warps * stages * slot_bytes(spec) > SMEM_LIMIT:
+    while stages > 1 and warps * stages * slot_bytes(spec, tiles) > SMEM_LIMIT:
         stages -= 1
     return stages
+
+
+# Outputs narrower than this many columns keep one tile per block: with 2 tiles their
+# blocks would not fill two per SM of the H200 (132 SMs); measured there, 2 tiles lost
+# 3-25% on 14336 -> 4096 and were within 3% on 4096 -> 4096.
+NARROW_COLUMNS = 2 * TILE * 2 * 132
+
+
+def staged_max_tiles(spec: ProjectionSpec, warps: int, narrow: bool = False) -> int:
+    """The most 16-column tiles per block: 1 for a `narrow` output; on the staged ring,
+    the most whose rings still fit 2 stages; 1 on the direct loads (4 when
+    MLX_METILE_CUDA_MMA_TILES is set: the direct loads' tuning knob)."""
+    if not stageable(spec):
+        return 4 if mma_override("tiles") is not None else 1
+    if narrow:
+        return 1
+    tiles = 4
+    while tiles > 1 and ring_stages(spec, warps, tiles) < 2:
+        tiles //= 2
+    return tiles
 
 
 def mma_warps(spec: ProjectionSpec) -> int:
@@ -115,11 +136,10 @@ def mma_warps(spec: ProjectionSpec) -> int:
     return mma_setting("warps")
 
 
-def staged(spec: ProjectionSpec, schedule) -> bool:
-    """Quantized weights, one 16-column tile per block, K a whole number of
-    stages, a column's stage at most 512 bytes (one warp-wide copy) with its
-    scales in one copy of at most 16 bytes, two or more stages fitting shared
-    memory; MLX_METILE_CUDA_MMA_STAGED=0 turns it off (the direct loads of lower_mma)."""
+def stageable(spec: ProjectionSpec) -> bool:
+    """K a whole number of stages, a column's stage at most 512 bytes (one warp-wide
+    copy) with its scales in one copy of at most 16 bytes; MLX_METILE_CUDA_MMA_STAGED=0
+    turns the ring off (the direct loads of lower_mma), as does `wide`."""
     w = spec.weights[0]
     if os.environ.get("MLX_METILE_CUDA_MMA_STAGED", "1") == "0" or wide(spec):
         return False
@@ -127,19 +147,20 @@ def staged(spec: ProjectionSpec, schedule) -> bool:
         return False  # dense weights: the direct loads with MLX_METILE_CUDA_MMA_DENSE=1
     groups = stage_groups(spec)
     return (
-        mma_setting("tiles", schedule.BM) == 1
-        and spec.k_divisor % (groups * chunk_k(spec)) == 0
+        spec.k_divisor % (groups * chunk_k(spec)) == 0
         and groups * chunk_bytes(spec) <= 512
         and groups * scale_bytes_of(spec) <= 16
-        and ring_stages(spec, schedule.SG) >= 2
     )
+
+
+def staged(spec: ProjectionSpec, schedule) -> bool:
+    """A stageable spec whose block's rings (warps x tiles) fit two or more stages."""
+    return stageable(spec) and ring_stages(spec, schedule.SG, schedule.BN // TILE) >= 2
 
 
 class StagedMMALowering(MMALowering):
     def __init__(self, program, schedule, divisors, vector_buffers, spec: ProjectionSpec):
         super().__init__(program, schedule, divisors, vector_buffers, spec)
-        if self.tiles != 1:
-            raise LowerError(f"{program.name}: the staged mma schedule takes one tile per block")
         w = spec.weights[0]
         self.groups = stage_groups(spec)
         self.align = self.batch = self.groups  # whole stages per warp; a stage is one batch
@@ -149,12 +170,15 @@ class StagedMMALowering(MMALowering):
         self.row_bytes = self.groups * self.group_bytes
         self.stride = self.row_bytes + PAD
         self.scale_bytes = self.groups * scale_bytes_of(spec)
-        self.nrows = ring_rows(spec)
+        self.nrows = ring_rows(spec, self.tiles)
         self.scales_at = self.nrows * self.stride
         self.biases_at = self.scales_at + self.nrows * self.scale_bytes
-        self.slot = slot_bytes(spec)
-        self.stages = ring_stages(spec, schedule.SG)
+        self.slot = slot_bytes(spec, self.tiles)
+        self.stages = ring_stages(spec, schedule.SG, self.tiles)
+        if self.stages < 2:
+            raise LowerError(f"{program.name}: the staged rings of {self.tiles} tiles do not fit 2 stages")
         self.pieces = self.nrows * self.row_bytes // 16 // 32  # 16-byte copies per lane per stage
+        self.scale_passes = -(-self.nrows // 32)  # warp-wide passes copying a stage's scales
 
     # -- shared -> lanes ---------------------------------------------------------
     def weight_loads(self, b: int, ch: str, live: str | None, nacc: int) -> list[Load]:
@@ -163,22 +187,23 @@ class StagedMMALowering(MMALowering):
         words = self.words
         out = []
         for j in range(nacc):
-            for h in "ab":
-                row = f"{TILE * j + (8 if h == 'b' else 0)} + g"
-                if not self.spec.weights[0].quantized:  # 8 consecutive k: the lane's quarter of 32
-                    at = f"slot + ({row}) * {self.stride} + {b * self.group_bytes} + t * 16"
-                    out.append(Load("uint4", f"w{j}_0{h}_{b}", "true", at))
-                    continue
-                for v0 in range(0, words, self.word_width):
-                    at = f"slot + ({row}) * {self.stride} + {b * self.group_bytes} + t * {4 * words} + {4 * v0}"
-                    out.append(Load(self.word_vector, f"w{j}_0{h}v{v0}_{b}", "true", at))
-                if self.scale_vector and b:
-                    continue
-                typ = {2: "unsigned", 4: "uint2", 8: "uint4"}[self.groups] if self.scale_vector else "float"
-                extra = "" if self.scale_vector else f" + {4 * b}"
-                for letter, base in (("s", self.scales_at), ("z", self.biases_at)):
-                    at = f"slot + {base} + ({row}) * {self.scale_bytes}{extra}"
-                    out.append(Load(typ, f"{letter}{j}_0{h}_{b}", "true", at))
+            for tile in range(self.tiles):
+                for h in "ab":
+                    row = f"{TILE * (j * self.tiles + tile) + (8 if h == 'b' else 0)} + g"
+                    if not self.spec.weights[0].quantized:  # 8 consecutive k: the lane's quarter of 32
+                        at = f"slot + ({row}) * {self.stride} + {b * self.group_bytes} + t * 16"
+                        out.append(Load("uint4", f"w{j}_{tile}{h}_{b}", "true", at))
+                        continue
+                    for v0 in range(0, words, self.word_width):
+                        at = f"slot + ({row}) * {self.stride} + {b * self.group_bytes} + t * {4 * words} + {4 * v0}"
+                        out.append(Load(self.word_vector, f"w{j}_{tile}{h}v{v0}_{b}", "true", at))
+                    if self.scale_vector and b:
+                        continue
+                    typ = {2: "unsigned", 4: "uint2", 8: "uint4"}[self.groups] if self.scale_vector else "float"
+                    extra = "" if self.scale_vector else f" + {4 * b}"
+                    for letter, base in (("s", self.scales_at), ("z", self.biases_at)):
+                        at = f"slot + {base} + ({row}) * {self.scale_bytes}{extra}"
+                        out.append(Load(typ, f"{letter}{j}_{tile}{h}_{b}", "true", at))
         return out
 
     # -- global -> shared --------------------------------------------------------
@@ -205,9 +230,9 @@ class StagedMMALowering(MMALowering):
         row_bytes = f"(size_t)K * {w.bits} / 8" if w.quantized else "(size_t)K * 2"
         lines: list[str] = []  # `lane` comes from the prologue
         for i in range(self.pieces):
-            first = i * rows_per_copy  # the piece's rows lie in one accumulator's 16
-            j = first // TILE
-            col = f"(pid0 * {TILE} + {first % TILE} + lane / {per_row})"
+            first = i * rows_per_copy  # the piece's rows lie in one 16-row band: (accumulator, tile)
+            j, tile = divmod(first // TILE, self.tiles)
+            col = f"(pid0 * {self.s.BN} + {TILE * tile + first % TILE} + lane / {per_row})"
 
             def weight(m, local):
                 return f"reinterpret_cast<const char*>(w{m}) + (size_t){local} * {row_bytes} + (lane % {per_row}) * 16"
@@ -220,25 +245,28 @@ class StagedMMALowering(MMALowering):
         declared = [f"const char* cw{i}; bool cwok{i};" for i in range(self.pieces)]
         if not w.quantized:
             return declared + lines
-        # scales and biases: lane r < rows copies ring row r's
+        # scales and biases: in pass p, lane r < rows - 32 p copies ring row 32 p + r's
         size = scale_bytes_of(self.spec)
-        lines.append("const char* cs = nullptr; const char* cz = nullptr; bool csok = false;")
-        for j in range(nacc):
-            col = f"(pid0 * {TILE} + lane - {TILE * j})"
 
-            def param(name):
-                def at(m, local):
-                    return f"reinterpret_cast<const char*>({name}{m}) + (size_t){local} * (K / {w.group_size}) * {size}"
+        def param(name):
+            def at(m, local):
+                return f"reinterpret_cast<const char*>({name}{m}) + (size_t){local} * (K / {w.group_size}) * {size}"
 
-                return at
+            return at
 
-            lines.append(f"if (lane >= {TILE * j} && lane < {TILE * (j + 1)}) {{")
-            for name, var in (("scales", "cs"), ("biases", "cz")):
-                lines.append("  {")
-                lines += ["    " + ln for ln in self.source(j, col, param(name))]
-                lines.append(f"    {var} = src; csok = ok;")
-                lines.append("  }")
-            lines.append("}")
+        for pas in range(self.scale_passes):
+            lines.append(f"const char* cs{pas} = nullptr; const char* cz{pas} = nullptr; bool csok{pas} = false;")
+            for band in range(2 * pas, min(2 * pas + 2, self.nrows // TILE)):  # 16-row bands of this pass
+                j, tile = divmod(band, self.tiles)
+                lo = TILE * band - 32 * pas
+                col = f"(pid0 * {self.s.BN} + {TILE * tile} + lane - {lo})"
+                lines.append(f"if (lane >= {lo} && lane < {lo + TILE}) {{")
+                for name, var in (("scales", "cs"), ("biases", "cz")):
+                    lines.append("  {")
+                    lines += ["    " + ln for ln in self.source(j, col, param(name))]
+                    lines.append(f"    {var}{pas} = src; csok{pas} = ok;")
+                    lines.append("  }")
+                lines.append("}")
         return declared + lines
 
     def copy_stage(self, stage: str, slot: str) -> list[str]:
@@ -251,15 +279,16 @@ class StagedMMALowering(MMALowering):
             lines.append(f"metile_cp16(dst + cwd{i}, cw{i} + wo, cwok{i});")
         if not w.quantized:
             return lines
-        lines.append(f"if (lane < {self.nrows}) {{")
-        lines.append(f"  const size_t so = (size_t){chunk0} * {scale_bytes_of(self.spec)};")
-        for var, base in (("cs", self.scales_at), ("cz", self.biases_at)):
-            dst = f"dst + {base} + lane * {self.scale_bytes}"
-            if self.scale_bytes == 16:
-                lines.append(f"  metile_cp16({dst}, {var} + so, csok);")
-            else:
-                lines.append(f"  metile_cp_small<{self.scale_bytes}>({dst}, {var} + so, csok);")
-        lines.append("}")
+        lines.append(f"const size_t so = (size_t){chunk0} * {scale_bytes_of(self.spec)};")
+        for pas in range(self.scale_passes):
+            lines.append(f"if (lane < {min(32, self.nrows - 32 * pas)}) {{")
+            for var, base in (("cs", self.scales_at), ("cz", self.biases_at)):
+                dst = f"dst + {base} + ({32 * pas} + lane) * {self.scale_bytes}"
+                if self.scale_bytes == 16:
+                    lines.append(f"  metile_cp16({dst}, {var}{pas} + so, csok{pas});")
+                else:
+                    lines.append(f"  metile_cp_small<{self.scale_bytes}>({dst}, {var}{pas} + so, csok{pas});")
+            lines.append("}")
         return lines
 
     # -- the K loop ----------------------------------------------------------------

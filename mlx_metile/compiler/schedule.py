@@ -121,17 +121,18 @@ def choose(
     target: str = "msl",
     mma_chunk: int = 0,
     mma_warps: int = 0,
+    mma_max_tiles: int = 4,
 ) -> Schedule:
     """`mma_chunk` (CUDA, sm_80+, a spec lower_mma accepts): the k per tensor-core
     chunk; then rows 1..32 take the `mma` schedule, with `mma_warps` warps per
-    block (0: lower_mma's setting)."""
+    block (0: lower_mma's setting) and at most `mma_max_tiles` 16-column tiles."""
     vk = k_per_lane(weight_bits, group_sizes, weight_dtypes)
     if mma_chunk and rows <= MAX_ROWS_PER_PROGRAM:
         # W warps splitting K over T tiles of 16 columns; 8-row tiles of x (so 1..8 rows share one kernel)
         from .lower_mma import TILE, mma_shape
 
         bm = max(8, row_bucket(rows))
-        warps, tiles = mma_shape(bm, accumulators, mma_warps)
+        warps, tiles = mma_shape(bm, accumulators, mma_warps, mma_max_tiles)
         nc = TILE * tiles // warps
         return Schedule("mma", BM=bm, NC=nc, SG=warps, VK=mma_chunk // 32, U=1, C=1)
     if rows > MAX_ROWS_PER_PROGRAM:

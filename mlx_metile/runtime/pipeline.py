@@ -10,7 +10,7 @@ from ..codegen import RENDERERS
 from ..compiler import choose, lower
 from ..compiler.lower_mma import chunk_k as mma_chunk
 from ..compiler.lower_mma import mma_supported
-from ..compiler.lower_mma_staged import mma_warps
+from ..compiler.lower_mma_staged import mma_warps, staged_max_tiles
 from ..ir import bind_meta, format_program, verify
 from ..kernels import projection_program
 from ..spec import ProjectionSpec
@@ -19,7 +19,10 @@ from .debug import dump
 
 
 @lru_cache(maxsize=512)
-def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "msl") -> Artifact:
+def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "msl", narrow: bool = False) -> Artifact:
+    """The kernel of `spec` for calls of up to `rows_bucket` rows on `target`; `narrow`
+    (CUDA: an output under lower_mma_staged.NARROW_COLUMNS columns) keeps one column
+    tile per block, so that narrow outputs still spread over the GPU."""
     if target not in RENDERERS:
         raise ValueError(f"unknown target {target!r}; known: {sorted(RENDERERS)}")
     program = projection_program(spec)
@@ -34,6 +37,7 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
         target,
         mma_chunk(spec) if mma else 0,
         mma_warps(spec) if mma else 0,
+        staged_max_tiles(spec, mma_warps(spec), narrow) if mma else 4,
     )
     bound = bind_meta(program, schedule.meta())
     verify(bound)

@@ -234,6 +234,30 @@ def test_staged_settings_are_checked(fresh_kernels, monkeypatch):
         compile_projection.cache_clear()
 
 
+def test_staged_ring_takes_two_tiles_where_they_fit_and_the_output_is_wide(fresh_kernels, monkeypatch):
+    """Wide outputs take 2 column tiles per block on the staged ring (x loaded once for
+    both); narrow ones (under NARROW_COLUMNS) and rings that would not fit 2 stages keep 1.
+    Tiles move loads only: the K split is the same for every bucket and both widths. Rings
+    of more than 32 rows (SwiGLU with 2 tiles: 64) copy their scales in two warp-wide passes."""
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    single = ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64),), k_multiple=256)
+    splits = set()
+    for narrow, tiles in ((False, 2), (True, 1)):
+        for bucket in (1, 16, 32):
+            art = compile_projection(single, bucket, "cuda", narrow)
+            assert art.schedule.BN == 16 * tiles and "metile_cp16(" in art.source
+            splits.add(k_split(art))
+            assert sm90_code(ptx(art, "sm_90"))
+    assert len(splits) == 1, splits
+    swiglu = STAGED_SPECS[0][0]
+    assert compile_projection(swiglu, 1, "cuda").schedule.BN == 16  # 2 tiles' rings would not fit
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_GROUPS", "2")  # smaller stages: 2 tiles fit
+    compile_projection.cache_clear()
+    art = compile_projection(swiglu, 16, "cuda")
+    assert art.schedule.BN == 32 and "metile_cp16(" in art.source and "csok1" in art.source
+    assert sm90_code(ptx(art, "sm_90"))
+
+
 @pytest.mark.skipif(find_nvcc() is None, reason="a fatbin needs nvcc (NVRTC gives cubins)")
 def test_compressed_fatbin_holds_the_same_kernel_smaller(fresh_kernels, monkeypatch):
     """nvcc builds a compressed fatbin (magic 0xBA55ED50) of the sm_90 code alone by
