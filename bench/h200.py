@@ -131,11 +131,11 @@ def _odd_group_count(arr, check, results) -> None:
 
 
 def _wide_outputs(arr, check, results) -> None:
-    """Outputs of NARROW_COLUMNS columns or more (plus a tail of 40): 2 column tiles per
-    block on the staged ring on CUDA, at every row bucket."""
-    from mlx_metile.compiler.lower_mma_staged import NARROW_COLUMNS
+    """Outputs of NARROW_COLUMNS columns or more (plus a tail of 40) over K = SHORT_K:
+    2 column tiles per block on the staged ring on CUDA, at every row bucket."""
+    from mlx_metile.compiler.lower_mma_staged import NARROW_COLUMNS, SHORT_K
 
-    K, N = 1024, NARROW_COLUMNS + 40
+    K, N = SHORT_K, NARROW_COLUMNS + 40
     for bits in (4, 8):
         wq, s, bq = mx.quantize(arr((N, K), mx.bfloat16, 0.05), group_size=64, bits=bits)
         wd = dequantize_exact(wq, s, bq, 64, bits)

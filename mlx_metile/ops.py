@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import mlx.core as mx
 
-from .compiler.lower_mma_staged import NARROW_COLUMNS
+from .compiler.lower_mma_staged import one_tile
 from .compiler.schedule import row_bucket
 from .envvars import getenv
 from .gradients import differentiable
@@ -153,11 +153,11 @@ def _compiled(
     k_multiple: int,
     bucket: int,
     target: str,
-    narrow: bool = False,
+    single_tile: bool = False,
 ) -> tuple[ProjectionSpec, object]:
     """Spec and artifact for hashable primitives: the per-call cache lookup."""
     spec = ProjectionSpec(act, formats, epilogue, residual, k_multiple=k_multiple)
-    return spec, compile_projection(spec, bucket, target, narrow)
+    return spec, compile_projection(spec, bucket, target, single_tile)
 
 
 @lru_cache(maxsize=64)
@@ -281,8 +281,8 @@ def _project(
     # CUDA: up to 256, so the mma schedule knows when K holds whole multiples of 4 groups (aligned K split)
     k_multiple = math.gcd(K, 256 if target == "cuda" else 64)
     cols = Ns[0] if epilogue == "swiglu" else sum(Ns)
-    narrow = target == "cuda" and cols < NARROW_COLUMNS
-    _, artifact = _compiled(act, formats, epilogue, residual is not None, k_multiple, row_bucket(rows), target, narrow)
+    tile1 = target == "cuda" and one_tile(cols, K)
+    _, artifact = _compiled(act, formats, epilogue, residual is not None, k_multiple, row_bucket(rows), target, tile1)
     inputs: list[mx.array] = [x2]
     for w, b in zip(weights, biases):
         if isinstance(w, QuantizedWeight):

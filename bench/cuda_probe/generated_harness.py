@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.settings import apply_cuda_settings  # noqa: E402
-from mlx_metile.compiler.lower_mma_staged import NARROW_COLUMNS  # noqa: E402
+from mlx_metile.compiler.lower_mma_staged import one_tile  # noqa: E402
 from mlx_metile.compiler.schedule import row_bucket  # noqa: E402
 from mlx_metile.runtime import compile_projection  # noqa: E402
 from mlx_metile.spec import ProjectionSpec, WeightFormat  # noqa: E402
@@ -150,7 +150,7 @@ def main() -> None:
         name, _, settings = text.partition("=")
         apply_cuda_settings(settings)
         for bucket in sorted({row_bucket(r) for r in rows}):  # as the op picks kernels
-            art = compile_projection(spec, bucket, "cuda", N < NARROW_COLUMNS)
+            art = compile_projection(spec, bucket, "cuda", one_tile(N, K))  # as the op does
             entry = f"{art.entry}_v{vi}_b{bucket}"  # extern "C": unique across namespaces
             # each variant in its own namespace: their helpers share names
             body_src = art.source.replace("#include <cuda_fp16.h>", "").replace("#include <cuda_bf16.h>", "")

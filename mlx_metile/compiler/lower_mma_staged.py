@@ -99,19 +99,27 @@ def ring_stages(spec: ProjectionSpec, warps: int, tiles: int = 1) -> int:
     return stages
 
 
-# Outputs narrower than this many columns keep one tile per block: with 2 tiles their
-# blocks would not fill two per SM of the H200 (132 SMs); measured there, 2 tiles lost
-# 3-25% on 14336 -> 4096 and were within 3% on 4096 -> 4096.
+# Several tiles per block only for products at least this wide and deep. Narrower outputs:
+# with 2 tiles their blocks would not fill two per SM of the H200 (132 SMs); measured
+# there (bench/results/h200-ab-2026-11-29-session5.json, call 13), 2 tiles lost 3-25% on
+# 14336 -> 4096 and were within 3% on 4096 -> 4096. Shorter K: on 1536 -> 8960 the kernel
+# alone was -7..+16% and the MLX benchmark -12..-20% at 1-8 rows (+29% at 32).
 NARROW_COLUMNS = 2 * TILE * 2 * 132
+SHORT_K = 4096
 
 
-def staged_max_tiles(spec: ProjectionSpec, warps: int, narrow: bool = False) -> int:
-    """The most 16-column tiles per block: 1 for a `narrow` output; on the staged ring,
-    the most whose rings still fit 2 stages; 1 on the direct loads (4 when
+def one_tile(columns: int, k: int) -> bool:
+    """Whether a product of `columns` output columns over `k` keeps one tile per block."""
+    return columns < NARROW_COLUMNS or k < SHORT_K
+
+
+def staged_max_tiles(spec: ProjectionSpec, warps: int, one: bool = False) -> int:
+    """The most 16-column tiles per block: 1 when `one` (see one_tile); on the staged
+    ring, the most whose rings still fit 2 stages; 1 on the direct loads (4 when
     MLX_METILE_CUDA_MMA_TILES is set: the direct loads' tuning knob)."""
     if not stageable(spec):
         return 4 if mma_override("tiles") is not None else 1
-    if narrow:
+    if one:
         return 1
     tiles = 4
     while tiles > 1 and ring_stages(spec, warps, tiles) < 2:

@@ -19,10 +19,10 @@ from .debug import dump
 
 
 @lru_cache(maxsize=512)
-def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "msl", narrow: bool = False) -> Artifact:
-    """The kernel of `spec` for calls of up to `rows_bucket` rows on `target`; `narrow`
-    (CUDA: an output under lower_mma_staged.NARROW_COLUMNS columns) keeps one column
-    tile per block, so that narrow outputs still spread over the GPU."""
+def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "msl", one_tile: bool = False) -> Artifact:
+    """The kernel of `spec` for calls of up to `rows_bucket` rows on `target`; `one_tile`
+    (CUDA: a narrow or shallow product, lower_mma_staged.one_tile) keeps one column tile
+    per block, so that narrow outputs still spread over the GPU."""
     if target not in RENDERERS:
         raise ValueError(f"unknown target {target!r}; known: {sorted(RENDERERS)}")
     program = projection_program(spec)
@@ -37,7 +37,7 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
         target,
         mma_chunk(spec) if mma else 0,
         mma_warps(spec) if mma else 0,
-        staged_max_tiles(spec, mma_warps(spec), narrow) if mma else 4,
+        staged_max_tiles(spec, mma_warps(spec), one_tile) if mma else 4,
     )
     bound = bind_meta(program, schedule.meta())
     verify(bound)

@@ -56,18 +56,25 @@ def test_swiglu_launch_arguments(fake_cuda):
     assert [r.backend for r in t.records] == ["cuda"]
 
 
-def test_wide_outputs_take_two_column_tiles_per_block(fake_cuda):
-    """Outputs of NARROW_COLUMNS columns or more launch blocks of 32 columns (2 tiles on the
-    staged ring), narrower ones blocks of 16, so that they still spread over the GPU."""
-    from mlx_metile.compiler.lower_mma_staged import NARROW_COLUMNS
+def test_wide_deep_products_take_two_column_tiles_per_block(fake_cuda):
+    """Products of NARROW_COLUMNS columns or more over K >= SHORT_K launch blocks of 32
+    columns (2 tiles on the staged ring); narrower or shallower ones blocks of 16."""
+    from mlx_metile.compiler.lower_mma_staged import NARROW_COLUMNS, SHORT_K
 
-    k = 256
-    x = rand((2, k), mx.bfloat16, 1)
-    for n, per_block in ((NARROW_COLUMNS, 32), (NARROW_COLUMNS - 16, 16)):
-        w = mt.QuantizedWeight(*mx.quantize(rand((n, k), mx.bfloat16, 2, 0.1), group_size=64, bits=4), 64, 4)
-        mt.quantized_linear(x, w.w, w.scales, w.biases, group_size=64, bits=4)
+    x = rand((2, SHORT_K), mx.bfloat16, 1)
+    w = rand((NARROW_COLUMNS, SHORT_K), mx.bfloat16, 2, 0.1)
+    q = mx.quantize(w, group_size=64, bits=4)
+    q_short = mx.quantize(w[:, : SHORT_K // 2], group_size=64, bits=4)
+    cases = (
+        (x, q, NARROW_COLUMNS, 32),
+        (x, tuple(a[:-16] for a in q), NARROW_COLUMNS - 16, 16),
+        (x[:, : SHORT_K // 2], q_short, NARROW_COLUMNS, 16),
+    )
+    for xs, (wq, s, b), n, per_block in cases:
+        mt.quantized_linear(xs, wq, s, b, group_size=64, bits=4)
         kw = fake_cuda[-1]
-        assert kw["grid"][0] // kw["threadgroup"][0] == -(-n // per_block), n
+        assert kw["output_shapes"] == [(2, n)]
+        assert kw["grid"][0] // kw["threadgroup"][0] == -(-n // per_block), (n, xs.shape)
 
 
 def test_more_than_32_rows_run_stock_mlx(fake_cuda, monkeypatch):
