@@ -1,4 +1,4 @@
-"""The `mma` schedule with staged weights (default for 4/8-bit weights on CUDA).
+"""The `mma` schedule with staged weights (the CUDA default for 4/8-bit and dense weights).
 
 Same math as lower_mma (exact integer MMAs per group, the affine scaling in
 f32 per group, the same lane <-> k mapping), but the weights, scales and biases
@@ -6,8 +6,9 @@ reach the lanes through shared memory:
 
     global --cp.async--> a ring of S stages per warp --shared loads--> lanes
 
-A stage is G groups of the warp's K range for the block's 16 columns of each
-accumulator. The copies read each column's stage as one contiguous run
+A stage is G groups of the warp's K range for the block's 16 T columns of each
+accumulator (T column tiles: 2 for wide and deep products where the rings fit,
+so that each x value loaded serves both tiles; see one_tile). The copies read each column's stage as one contiguous run
 (64-256 bytes, 16 bytes a lane), so a warp-wide copy touches 4-8 cache lines;
 the lanes' direct loads of lower_mma touch 16 lines per 256 bytes. An H200
 probe of the two access patterns alone (bench/cuda_probe/int4_loads.cu,
@@ -22,7 +23,7 @@ per shared load request of the int4 kernel on the H200, which includes the 2 an
 8-byte load needs; the rest is not analysed.
 The reduction buffer of the warps' partial sums reuses the ring after the loop.
 The K split (whole stages per warp) depends on the spec alone, so rows stay
-invariant across row buckets as in lower_mma.
+invariant across row buckets as in lower_mma; tiles move loads only.
 """
 
 from __future__ import annotations
