@@ -1,0 +1,129 @@
+"""Generated CUDA run on the CPU, for tests: the kernel's own source, compiled as C++ against
+include/cuda_emu.h with one OS thread per CUDA thread, so that CI checks the values of the
+CUDA kernels (the GPU machine is lent for minutes a session) and not only that they compile.
+
+What differs from the GPU build: the inline PTX statements of the helpers become calls into
+cuda_emu.h (mma.sync -> an exchange of the warp's fragments with f32 accumulation in k order;
+lop3 -> (a & b) | c; cp.async -> a copy, the commit / wait no-ops); everything else - the
+kernel body, its unpacking, K split, ring layout, reductions and epilogue - is the generated
+text itself. The PTX itself is checked only on the GPU (bench/h200.py).
+
+    out = run(artifact, inputs, scalars, rows, cols, out_shapes, out_dtype)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import re
+from pathlib import Path
+
+import numpy as np
+
+from ..codegen.cuda import CUDARenderer
+from .toolchain import cache_root, run_clang
+
+INCLUDE = Path(__file__).with_name("include")
+
+# inline PTX of codegen/cuda.py's helpers -> the emulator's statement, by what the asm says
+_ASM_REPLACEMENTS = (
+    ("mma.sync.aligned.m16n8k16.row.col.f32.bf16", "metile_emu::mma_bf16(c, a0, a1, a2, a3, b0, b1);"),
+    ("mma.sync.aligned.m16n8k16.row.col.f32.f16", "metile_emu::mma_f16(c, a0, a1, a2, a3, b0, b1);"),
+    ("lop3.b32", "d = (a & mask) | magic;"),
+    ("cp.async.cg.shared.global", "metile_emu::copy(dst, src, ok ? 16 : 0, 16);"),
+    ("cp.async.ca.shared.global", "metile_emu::copy(dst, src, ok ? N : 0, N);"),
+    ("cp.async.commit_group", "(void)0;"),
+    ("cp.async.wait_group", "(void)0;"),
+)
+_ASM = re.compile(r"asm(?: volatile)?\((?:[^;]|;(?!\s*$))*?\);", re.MULTILINE)
+
+
+class CudaEmulationError(RuntimeError):
+    """The generated CUDA could not be turned into, or built as, C++ for the CPU."""
+
+
+def host_source(source: str) -> str:
+    """The generated CUDA as C++ for cuda_emu.h: its includes swapped, its PTX replaced."""
+    if "#include <cuda_fp16.h>" not in source:
+        raise CudaEmulationError("not a generated CUDA kernel: its cuda_fp16 include is missing")
+    text = source.replace("#include <cuda_fp16.h>", '#include "cuda_emu.h"').replace("#include <cuda_bf16.h>", "")
+
+    def replace(m: re.Match) -> str:
+        for marker, statement in _ASM_REPLACEMENTS:
+            if marker in m.group(0):
+                return statement
+        raise CudaEmulationError(f"no CPU version of this inline PTX: {m.group(0)[:120]}")
+
+    text = _ASM.sub(replace, text)
+    if "asm" in re.findall(r"\basm\b", text):
+        raise CudaEmulationError("inline PTX left after translation")
+    return text
+
+
+def _launcher(entry: str, params) -> str:
+    """extern "C" metile_emu_launch(args, gx, gy, threads): the kernel over the grid, its
+    buffers and scalars from `args` in the kernel's order."""
+    types = CUDARenderer.types
+    args = []
+    for i, p in enumerate(params):
+        if p.kind == "scalar":
+            args.append(f"*static_cast<const int*>(args[{i}])")
+        else:
+            const = "" if p.output else "const "
+            args.append(f"static_cast<{const}{types[p.dtype]}*>(args[{i}])")
+    call = f"{entry}({', '.join(args)});"
+    return (
+        'extern "C" void metile_emu_launch(void** args, int gx, int gy, int threads) {\n'
+        f"  metile_emu::launch(gx, gy, threads, [args] {{ {call} }});\n"
+        "}\n"
+    )
+
+
+def build(artifact) -> Path:
+    """The artifact as a shared library for the CPU, cached by its text."""
+    text = host_source(artifact.source) + "\n" + _launcher(artifact.entry, artifact.params)
+    header = (INCLUDE / "cuda_emu.h").read_text()
+    key = hashlib.sha256(f"{text}\0{header}".encode()).hexdigest()[:24]
+    out = cache_root("cuda_emu") / f"{artifact.entry}-{key}.so"
+    if out.exists():
+        return out
+    src = out.with_suffix(".cpp")
+    src.write_text(text)
+    tmp = out.with_suffix(".tmp.so")
+    flags = ["-x", "c++", "-std=c++20", "-O1", "-fPIC", "-shared", "-pthread", "-w", f"-I{INCLUDE}"]
+    res = run_clang([*flags, str(src), "-o", str(tmp), "-lstdc++"])
+    if res.returncode != 0:
+        raise CudaEmulationError(f"building {artifact.entry} for the CPU failed:\n{res.stderr[-4000:]}")
+    tmp.replace(out)
+    return out
+
+
+_loaded: dict[Path, ctypes.CDLL] = {}
+
+
+def run(artifact, buffers: list[np.ndarray], scalars: dict[str, int], rows: int, cols: int) -> None:
+    """Launch the artifact's kernel on the CPU over the grid the op would use for `rows` x
+    `cols`: `buffers` are the kernel's buffer arguments in order (C-contiguous numpy arrays of
+    the element bits; outputs are written in place), `scalars` its int arguments by name."""
+    path = build(artifact)
+    if path not in _loaded:
+        _loaded[path] = ctypes.CDLL(str(path))
+    lib = _loaded[path]
+    keep, pointers = [], []
+    it = iter(buffers)
+    for p in artifact.params:
+        if p.kind == "scalar":
+            value = np.array([scalars[p.name]], dtype=np.int32)
+            keep.append(value)
+            pointers.append(value.ctypes.data)
+        else:
+            arr = next(it)
+            if not arr.flags["C_CONTIGUOUS"]:
+                raise ValueError(f"{p.name}: the emulator takes C-contiguous arrays")
+            pointers.append(arr.ctypes.data)
+    if next(it, None) is not None:
+        raise ValueError(f"{artifact.entry}: more buffers given than the kernel takes")
+    gx, gy, _ = artifact.grid(rows, cols)
+    threads = artifact.threads_per_group[0]
+    argv = (ctypes.c_void_p * len(pointers))(*pointers)
+    lib.metile_emu_launch(argv, ctypes.c_int(gx), ctypes.c_int(gy), ctypes.c_int(threads))

@@ -1,0 +1,147 @@
+"""The generated CUDA kernels run on the CPU (mlx_metile/emu/cuda_host.py: the kernel text
+itself, with its inline PTX replaced by C++), checked against float64 references with the
+tolerances of the H200 matrix (bench/h200.py), and for row and tile invariance bit for bit.
+What this cannot check - the PTX of mma.sync, cp.async and lop3 - runs on the GPU."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from mlx_metile.emu import cuda_host
+from mlx_metile.reference import dequantize_exact
+from mlx_metile.runtime import compile_projection
+from mlx_metile.spec import ProjectionSpec, WeightFormat
+
+from ..helpers import rand
+
+MX = {"bf16": mx.bfloat16, "f16": mx.float16}
+ULP = {"bf16": 2.0**-8, "f16": 2.0**-11}
+
+
+@pytest.fixture(autouse=True)
+def cuda_kernels(monkeypatch):
+    """CUDA kernels for sm_90 under the default settings, none cached from another test."""
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    compile_projection.cache_clear()
+    yield
+    compile_projection.cache_clear()
+
+
+def _bits(a: mx.array) -> np.ndarray:
+    """An MLX array as a C-contiguous numpy array of its element bits."""
+    if a.dtype in (mx.bfloat16, mx.float16):
+        a = a.view(mx.uint16)
+    return np.ascontiguousarray(np.array(a))
+
+
+def _values(bits: np.ndarray, act: str) -> np.ndarray:
+    if act == "bf16":
+        return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return bits.view(np.float16).astype(np.float64)
+
+
+class Case:
+    """Random data for `spec` (bf16/f16 activations) over K and N columns per weight, its
+    kernel buffers by parameter name, and the float64 values of x and of each weight."""
+
+    def __init__(self, spec: ProjectionSpec, K: int, N: int, rows: int, seed: int = 0):
+        self.spec, self.K, self.N = spec, K, N
+        act = MX[spec.act_dtype]
+        x = rand((rows, K), act, seed)
+        self.buffers = {"x": _bits(x)}
+        self.x = np.array(x.astype(mx.float32), np.float64)
+        self.w = []
+        for i, f in enumerate(spec.weights):
+            dense = rand((N, K), MX[f.dtype] if not f.quantized else act, seed + 1 + i, 0.05)
+            if f.quantized:
+                wq, s, b = mx.quantize(dense, group_size=f.group_size, bits=f.bits)
+                s, b = s.astype(MX.get(f.dtype, mx.float32)), b.astype(MX.get(f.dtype, mx.float32))
+                self.buffers |= {f"w{i}": _bits(wq), f"scales{i}": _bits(s), f"biases{i}": _bits(b)}
+                self.w.append(dequantize_exact(wq, s, b, f.group_size, f.bits))
+            else:
+                self.buffers[f"w{i}"] = _bits(dense)
+                self.w.append(np.array(dense.astype(mx.float32), np.float64))
+
+    @property
+    def outputs(self) -> int:
+        return 1 if self.spec.epilogue == "swiglu" or len(self.spec.weights) == 1 else len(self.spec.weights)
+
+    def run(self, bucket: int, rows: int, one_tile: bool = True) -> list[np.ndarray]:
+        """The CUDA kernel of `bucket` over the first `rows` rows; its outputs' bits."""
+        art = compile_projection(self.spec, bucket, "cuda", one_tile)
+        named = dict(self.buffers)
+        named["x"] = np.ascontiguousarray(named["x"][:rows])
+        outs = {f"y{j}": np.zeros((rows, self.N), np.uint16) for j in range(self.outputs)}
+        buffers = [named.get(p.name, outs.get(p.name)) for p in art.params if p.kind == "buffer"]
+        scalars = {"M": rows, "K": self.K, **{f"N{i}": self.N for i in range(len(self.spec.weights))}}
+        cols = self.N if self.spec.epilogue == "swiglu" else self.N * len(self.spec.weights)
+        cuda_host.run(art, buffers, scalars, rows, cols)
+        return [outs[f"y{j}"] for j in range(self.outputs)]
+
+    def check(self, got: list[np.ndarray], rows: int, what: str) -> None:
+        """Each output against float64 within one rounding of the output plus f32
+        accumulation (K * 2**-24 * sum |x||w|), as the H200 matrix checks."""
+        x, act = self.x[:rows], self.spec.act_dtype
+        if self.spec.epilogue == "swiglu":
+            zg, zu = x @ self.w[0].T, x @ self.w[1].T
+            exact = [zg / (1 + np.exp(-zg)) * zu]
+            slack = [1e-2 * np.abs(zg * zu).max()]
+            mags = [np.abs(x) @ np.abs(self.w[0]).T]
+        else:
+            ws = self.w if self.outputs > 1 else self.w[:1]
+            exact = [x @ w.T for w in ws]
+            slack = [0.0] * len(ws)
+            mags = [np.abs(x) @ np.abs(w).T for w in ws]
+        for j, (y, e, mag, sl) in enumerate(zip(got, exact, mags, slack)):
+            tol = ULP[act] * np.abs(e) + (self.K + 2) * 2.0**-24 * mag + sl
+            err = np.abs(_values(y, act) - e)
+            assert (err <= tol).all(), f"{what} y{j}: worst error {err.max():.3g}, tolerance there {tol.max():.3g}"
+
+
+q4 = WeightFormat("bf16", 4, 64)
+CASES = [  # (spec, K, N): every schedule the CUDA op takes at 1..32 rows
+    (ProjectionSpec("bf16", (q4,), k_multiple=256), 512, 96),  # staged ring, 4-bit
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),), k_multiple=256), 512, 48),  # 8-bit nibble split
+    (ProjectionSpec("f16", (WeightFormat("f16", 4, 32),), k_multiple=256), 512, 40),  # f16, group 32, N tail
+    (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 512, 48),  # dense, 8 warps
+    (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), 512, 32),  # gate/up SwiGLU
+    (ProjectionSpec("bf16", (q4,) * 3, k_multiple=256), 512, 24),  # q/k/v in one accumulator
+    (ProjectionSpec("bf16", (q4,), k_multiple=64), 17 * 64, 32),  # odd group count: direct loads
+    (ProjectionSpec("f16", (WeightFormat("f16"),), k_multiple=32), 96, 40),  # split-K (warp shuffles)
+]
+
+
+@pytest.mark.parametrize("spec,K,N", CASES, ids=[c[0].name() for c in CASES])
+def test_cuda_kernels_on_the_cpu_match_float64_and_are_row_invariant(spec, K, N):
+    case = Case(spec, K, N, rows=20)
+    alone = case.run(8, 1)
+    for bucket, rows in ((8, 3), (32, 20)):
+        got = case.run(bucket, rows)
+        case.check(got, rows, f"{spec.name()} rows={rows}")
+        for y, y1 in zip(got, alone):  # row 0 alone equals row 0 among others, bit for bit
+            assert np.array_equal(y[:1], y1), f"{spec.name()}: row 0 differs between 1 and {rows} rows"
+
+
+def test_two_column_tiles_give_the_bits_of_one(monkeypatch):
+    """The staged ring with two 16-column tiles per block (wide, deep products) computes
+    what one tile does, bit for bit, in every row bucket; with smaller stages SwiGLU's
+    64-row ring copies its scales in two passes and matches too."""
+    every = ((8, 5), (16, 16), (32, 20))
+    for spec, K, N, groups, buckets in (
+        (ProjectionSpec("bf16", (q4,), k_multiple=256), 512, 80, None, every),
+        (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),), k_multiple=256), 512, 48, None, every),
+        # at 32 rows two SwiGLU tiles would hold too many partial sums: one tile there
+        (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), 512, 48, "2", every[:2]),
+    ):
+        if groups:
+            monkeypatch.setenv("MLX_METILE_CUDA_MMA_GROUPS", groups)
+            compile_projection.cache_clear()
+        case = Case(spec, K, N, rows=20)
+        for bucket, rows in buckets:
+            assert compile_projection(spec, bucket, "cuda", False).schedule.BN == 32
+            two = case.run(bucket, rows, one_tile=False)
+            one = case.run(bucket, rows, one_tile=True)
+            case.check(two, rows, f"{spec.name()} two tiles rows={rows}")
+            assert all(np.array_equal(a, b) for a, b in zip(two, one)), (spec.name(), bucket)
