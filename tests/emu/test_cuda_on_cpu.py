@@ -5,6 +5,8 @@ What this cannot check - the PTX of mma.sync, cp.async and lop3 - runs on the GP
 
 from __future__ import annotations
 
+import math
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -16,8 +18,15 @@ from mlx_metile.spec import ProjectionSpec, WeightFormat
 
 from ..helpers import rand
 
-MX = {"bf16": mx.bfloat16, "f16": mx.float16}
+MX = {"bf16": mx.bfloat16, "f16": mx.float16, "f32": mx.float32}
 ULP = {"bf16": 2.0**-8, "f16": 2.0**-11}
+_ERF = np.vectorize(math.erf)
+EPILOGUES = {  # float64 references of the elementwise epilogues
+    None: lambda z: z,
+    "gelu": lambda z: 0.5 * z * (1 + _ERF(z / math.sqrt(2))),
+    "gelu_approx": lambda z: 0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3))),
+    "silu": lambda z: z / (1 + np.exp(-z)),
+}
 
 
 @pytest.fixture(autouse=True)
@@ -63,37 +72,47 @@ class Case:
             else:
                 self.buffers[f"w{i}"] = _bits(dense)
                 self.w.append(np.array(dense.astype(mx.float32), np.float64))
-
-    @property
-    def outputs(self) -> int:
-        return 1 if self.spec.epilogue == "swiglu" or len(self.spec.weights) == 1 else len(self.spec.weights)
+        self.bias = []
+        for i, f in enumerate(spec.weights):
+            b = rand((N,), MX[f.bias_dtype], seed + 10 + i) if f.has_bias else None
+            if b is not None:
+                self.buffers[f"bias{i}"] = _bits(b)
+            self.bias.append(0.0 if b is None else np.array(b.astype(mx.float32), np.float64))
+        self.residual = 0.0
+        if spec.has_residual:
+            r = rand((rows, N), act, seed + 20)
+            self.buffers["residual"] = _bits(r)
+            self.residual = np.array(r.astype(mx.float32), np.float64)
 
     def run(self, bucket: int, rows: int, one_tile: bool = True) -> list[np.ndarray]:
         """The CUDA kernel of `bucket` over the first `rows` rows; its outputs' bits."""
         art = compile_projection(self.spec, bucket, "cuda", one_tile)
         named = dict(self.buffers)
-        named["x"] = np.ascontiguousarray(named["x"][:rows])
-        outs = {f"y{j}": np.zeros((rows, self.N), np.uint16) for j in range(self.outputs)}
+        for name in ("x", "residual"):  # the first `rows` rows
+            if name in named:
+                named[name] = np.ascontiguousarray(named[name][:rows])
+        outs = {f"y{j}": np.zeros((rows, self.N), np.uint16) for j in range(self.spec.outputs)}
         buffers = [named.get(p.name, outs.get(p.name)) for p in art.params if p.kind == "buffer"]
         scalars = {"M": rows, "K": self.K, **{f"N{i}": self.N for i in range(len(self.spec.weights))}}
         cols = self.N if self.spec.epilogue == "swiglu" else self.N * len(self.spec.weights)
         cuda_host.run(art, buffers, scalars, rows, cols)
-        return [outs[f"y{j}"] for j in range(self.outputs)]
+        return [outs[f"y{j}"] for j in range(self.spec.outputs)]
 
     def check(self, got: list[np.ndarray], rows: int, what: str) -> None:
         """Each output against float64 within one rounding of the output plus f32
-        accumulation (K * 2**-24 * sum |x||w|), as the H200 matrix checks."""
-        x, act = self.x[:rows], self.spec.act_dtype
-        if self.spec.epilogue == "swiglu":
-            zg, zu = x @ self.w[0].T, x @ self.w[1].T
-            exact = [zg / (1 + np.exp(-zg)) * zu]
-            slack = [1e-2 * np.abs(zg * zu).max()]
-            mags = [np.abs(x) @ np.abs(self.w[0]).T]
+        accumulation (K * 2**-24 * sum |x||w|), as the H200 matrix checks; epilogues
+        other than the identity get 1e-4 of the largest output more (their f32 math)."""
+        x, act, spec = self.x[:rows], self.spec.act_dtype, self.spec
+        z = [x @ w.T + b for w, b in zip(self.w, self.bias)]
+        mags = [np.abs(x) @ np.abs(w).T for w in self.w]
+        if spec.epilogue == "swiglu":
+            exact = [z[0] / (1 + np.exp(-z[0])) * z[1]]
+            slack = [1e-2 * np.abs(z[0] * z[1]).max()]
         else:
-            ws = self.w if self.outputs > 1 else self.w[:1]
-            exact = [x @ w.T for w in ws]
-            slack = [0.0] * len(ws)
-            mags = [np.abs(x) @ np.abs(w).T for w in ws]
+            exact = [EPILOGUES[spec.epilogue](zi) for zi in (z if self.spec.outputs > 1 else z[:1])]
+            slack = [0.0 if spec.epilogue is None else 1e-4 * np.abs(e).max() for e in exact]
+        if spec.has_residual:
+            exact[0] = exact[0] + self.residual[:rows]
         for j, (y, e, mag, sl) in enumerate(zip(got, exact, mags, slack)):
             tol = ULP[act] * np.abs(e) + (self.K + 2) * 2.0**-24 * mag + sl
             err = np.abs(_values(y, act) - e)
@@ -145,3 +164,34 @@ def test_two_column_tiles_give_the_bits_of_one(monkeypatch):
             one = case.run(bucket, rows, one_tile=True)
             case.check(two, rows, f"{spec.name()} two tiles rows={rows}")
             assert all(np.array_equal(a, b) for a, b in zip(two, one)), (spec.name(), bucket)
+
+
+VARIANTS = [  # (spec, K, N, settings): epilogues, bias and residual, scales dtypes, the non-default paths
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 128, True, "bf16"),), "gelu", True, k_multiple=256), 512, 40, {}),
+    (ProjectionSpec("bf16", (WeightFormat("f32", 8, 128, True, "f32"),), "silu", k_multiple=256), 512, 32, {}),
+    (ProjectionSpec("f16", (WeightFormat("f16", 8, 64),), "gelu_approx", k_multiple=256), 512, 32, {}),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),), k_multiple=256), 512, 32, {"Q8SPLIT": "0"}),
+    (
+        ProjectionSpec("bf16", (WeightFormat("bf16", has_bias=True, bias_dtype="bf16"),), k_multiple=64),
+        256,
+        32,
+        {"DENSE": "1"},
+    ),
+    (ProjectionSpec("bf16", (q4,), k_multiple=256), 512, 32, {"WIDE": "1"}),
+    (ProjectionSpec("f16", (WeightFormat("f16", has_bias=True, bias_dtype="f16"),) * 3, k_multiple=256), 256, 16, {}),
+]
+
+
+@pytest.mark.parametrize(
+    "spec,K,N,settings", VARIANTS, ids=[f"{c[0].name()}-{','.join(c[3]) or 'default'}" for c in VARIANTS]
+)
+def test_cuda_variants_on_the_cpu_match_float64(monkeypatch, spec, K, N, settings):
+    for name, value in settings.items():
+        monkeypatch.setenv(f"MLX_METILE_CUDA_MMA_{name}", value)
+    compile_projection.cache_clear()
+    assert compile_projection(spec, 16, "cuda").schedule.kind == "mma"
+    case = Case(spec, K, N, rows=16)
+    alone = case.run(8, 1)
+    got = case.run(16, 16)
+    case.check(got, 16, f"{spec.name()} {settings}")
+    assert all(np.array_equal(y[:1], y1) for y, y1 in zip(got, alone)), f"{spec.name()}: row 0 differs"
