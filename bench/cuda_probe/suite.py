@@ -22,7 +22,9 @@ E = "MLX_METILE_CUDA_MMA_"
 # The standing questions after session 5 (whose runs, with the variants of that time, are in
 # bench/results/h200-ab-2026-11-29-session5.json): the defaults against what they replaced -
 # dense weights on the staged ring (8 warps where they fit) against split-K and 4 warps;
-# nibble-split 8-bit against the f32 conversion; two column tiles against one on wide outputs.
+# nibble-split 8-bit against the f32 conversion; two column tiles against one on wide outputs;
+# and for gate/up, stages of 2 groups, with which two tiles' rings fit (the stage size is part
+# of the K split, so it would change every row bucket of the spec).
 
 
 def shape(fmt: str, k: int, n: int, pool: int) -> list[str]:
@@ -39,6 +41,7 @@ SUITE = {
     "bf16_gateup_fused": (["--format", "bf16"], BF16[:2]),
     "q8g64_gateup_fused": (["--format", "q8g64"], Q8),
     "q8g64_14336x4096": (shape("q8g64", 14336, 4096, 16), Q8),
+    "q4g64_gateup_fused": (["--format", "q4g64"], ["default=", f"g2={E}GROUPS=2"]),
     "q4g64_4096x14336": (shape("q4g64", 4096, 14336, 16), TILES),
     "q8g64_4096x14336": (shape("q8g64", 4096, 14336, 8), TILES),
 }
