@@ -103,8 +103,15 @@ _loaded: dict[Path, ctypes.CDLL] = {}
 
 def run(artifact, buffers: list[np.ndarray], scalars: dict[str, int], rows: int, cols: int) -> None:
     """Launch the artifact's kernel on the CPU over the grid the op would use for `rows` x
-    `cols`: `buffers` are the kernel's buffer arguments in order (C-contiguous numpy arrays of
-    the element bits; outputs are written in place), `scalars` its int arguments by name."""
+    `cols` (see launch)."""
+    gx, gy, _ = artifact.grid(rows, cols)
+    launch(artifact, buffers, scalars, (gx, gy))
+
+
+def launch(artifact, buffers: list[np.ndarray], scalars: dict[str, int], blocks: tuple[int, int]) -> None:
+    """The artifact's kernel on the CPU over `blocks` (x, y): `buffers` are the kernel's
+    buffer arguments in order (C-contiguous numpy arrays of the element bits; outputs are
+    written in place), `scalars` its int arguments by name."""
     path = build(artifact)
     if path not in _loaded:
         _loaded[path] = ctypes.CDLL(str(path))
@@ -123,7 +130,6 @@ def run(artifact, buffers: list[np.ndarray], scalars: dict[str, int], rows: int,
             pointers.append(arr.ctypes.data)
     if next(it, None) is not None:
         raise ValueError(f"{artifact.entry}: more buffers given than the kernel takes")
-    gx, gy, _ = artifact.grid(rows, cols)
     threads = artifact.threads_per_group[0]
     argv = (ctypes.c_void_p * len(pointers))(*pointers)
-    lib.metile_emu_launch(argv, ctypes.c_int(gx), ctypes.c_int(gy), ctypes.c_int(threads))
+    lib.metile_emu_launch(argv, ctypes.c_int(blocks[0]), ctypes.c_int(blocks[1]), ctypes.c_int(threads))

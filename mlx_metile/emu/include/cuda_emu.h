@@ -59,25 +59,41 @@ inline unsigned float_to_bits(float f) {
   return u;
 }
 
-// Each block's threads run the kernel, then leave the barriers so that the rest can finish.
+// One OS thread per CUDA thread of a block, reused for every block of the grid in turn: a
+// gate (the threads and this one) opens each block and closes it; within a block, threads
+// that return leave its barriers so that the rest can finish.
 inline void launch(int gx, int gy, int threads, const std::function<void()>& kernel) {
+  std::barrier<> gate(threads + 1);
+  std::unique_ptr<Block> current;
+  Dim3 index;
+  bool done = false;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      thread_index = {unsigned(t), 0, 0};
+      for (;;) {
+        gate.arrive_and_wait();  // a block opens, or the grid is done
+        if (done) return;
+        block_index = index;
+        block = current.get();
+        kernel();
+        block->warps[t / 32].sync.arrive_and_drop();
+        block->sync.arrive_and_drop();
+        gate.arrive_and_wait();  // the block closes
+      }
+    });
+  }
   for (int by = 0; by < gy; ++by) {
     for (int bx = 0; bx < gx; ++bx) {
-      Block b(threads);
-      std::vector<std::thread> pool;
-      for (int t = 0; t < threads; ++t) {
-        pool.emplace_back([&, t] {
-          thread_index = {unsigned(t), 0, 0};
-          block_index = {unsigned(bx), unsigned(by), 0};
-          block = &b;
-          kernel();
-          b.warps[t / 32].sync.arrive_and_drop();
-          b.sync.arrive_and_drop();
-        });
-      }
-      for (auto& th : pool) th.join();
+      current = std::make_unique<Block>(threads);
+      index = {unsigned(bx), unsigned(by), 0};
+      gate.arrive_and_wait();
+      gate.arrive_and_wait();
     }
   }
+  done = true;
+  gate.arrive_and_wait();
+  for (auto& th : pool) th.join();
 }
 
 // D = A B + C of mma.sync.m16n8k16 (row.col), f32 accumulation in k order; `half_of`

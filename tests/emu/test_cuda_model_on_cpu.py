@@ -1,0 +1,69 @@
+"""A tiny mlx-lm model patched by mlx_metile on the CUDA path, end to end on the CPU: the op's
+launch through MLX's precompiled-kernel op is replaced by the generated CUDA kernels run on the
+CPU (mlx_metile/emu/cuda_host.py) with the arguments, scalars and grid the op passes - so the
+plumbing and the kernels are checked together, against the unpatched model."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import mlx_metile as mt
+import mlx_metile.runtime.cuda as cuda_runtime
+from mlx_metile import ops
+from mlx_metile.emu import cuda_host
+from mlx_metile.integrations import mlx_lm as integration
+
+from ..integrations.models import make
+
+_BITS = {mx.bfloat16: np.uint16, mx.float16: np.uint16, mx.float32: np.float32}
+
+
+@pytest.fixture
+def cuda_on_cpu(monkeypatch):
+    """ops on the CUDA path, each launch run by the CPU emulator; yields the launches."""
+    artifacts, launches = {}, []
+
+    def binary(artifact, arch=None):
+        artifacts[artifact.key] = artifact
+        return artifact.key.encode()
+
+    def precompiled_cuda_kernel(**kw):
+        artifact = artifacts[kw["compiled_source"].decode()]
+        assert kw["name"] == artifact.entry
+        inputs = [mx.contiguous(a) for a in kw["inputs"]]
+        mx.eval(inputs)
+        buffers = [
+            np.ascontiguousarray(np.array(a.view(mx.uint16) if a.dtype in _BITS and a.dtype != mx.float32 else a))
+            for a in inputs
+        ]
+        outs = [np.zeros(shape, _BITS[dtype]) for shape, dtype in zip(kw["output_shapes"], kw["output_dtypes"])]
+        names = [p.name for p in artifact.params if p.kind == "scalar"]
+        (gx, gy, _), (tx, ty, _) = kw["grid"], kw["threadgroup"]
+        assert kw["threadgroup"] == artifact.threads_per_group and gx % tx == 0 and gy % ty == 0
+        cuda_host.launch(artifact, buffers + outs, dict(zip(names, kw["scalars"])), (gx // tx, gy // ty))
+        launches.append(artifact.entry)
+        return [mx.array(o).view(d) if o.dtype == np.uint16 else mx.array(o) for o, d in zip(outs, kw["output_dtypes"])]
+
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    monkeypatch.setattr(ops, "_backend", lambda stream: "cuda")
+    monkeypatch.setattr(cuda_runtime, "ptx", binary)
+    monkeypatch.setattr(mx.fast, "precompiled_cuda_kernel", precompiled_cuda_kernel)
+    ops._compiled.cache_clear()
+    yield launches
+    ops._compiled.cache_clear()
+
+
+@pytest.mark.parametrize("fmt", ["q4g64-bf16", "bfloat16"])
+def test_patched_model_on_the_cuda_path_matches_the_unpatched_one(cuda_on_cpu, fmt):
+    model, reference = make("llama", fmt), make("llama", fmt)
+    report = mt.patch(model)  # its verification probes run the CUDA kernels (on the CPU)
+    kinds = {k for _, k in report.replaced}
+    assert {"qkv", "mlp_swiglu", "residual"} <= kinds, str(report)
+    assert report.max_diff <= report.allowed
+    assert any(e.startswith("proj_") and "_m8" in e for e in cuda_on_cpu), cuda_on_cpu
+    got, want = integration.synthetic_logits(model), integration.synthetic_logits(reference)
+    scale = float(mx.abs(want).max())
+    err = float(mx.abs(got.astype(mx.float32) - want.astype(mx.float32)).max())
+    assert err <= 2 * report.allowed * scale, f"{fmt}: logits differ by {err:.3g} (scale {scale:.3g})"
