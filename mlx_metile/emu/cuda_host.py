@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import re
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def host_source(source: str) -> str:
         raise CudaEmulationError(f"no CPU version of this inline PTX: {m.group(0)[:120]}")
 
     text = _ASM.sub(replace, text)
-    if "asm" in re.findall(r"\basm\b", text):
+    if re.search(r"\basm\b", text):
         raise CudaEmulationError("inline PTX left after translation")
     return text
 
@@ -89,7 +90,7 @@ def build(artifact) -> Path:
         return out
     src = out.with_suffix(".cpp")
     src.write_text(text)
-    tmp = out.with_suffix(".tmp.so")
+    tmp = out.with_suffix(f".{os.getpid()}.tmp.so")  # another process may build the same
     flags = ["-x", "c++", "-std=c++20", "-O1", "-fPIC", "-shared", "-pthread", "-w", f"-I{INCLUDE}"]
     res = run_clang([*flags, str(src), "-o", str(tmp), "-lstdc++"])
     if res.returncode != 0:
