@@ -195,3 +195,13 @@ def test_cuda_variants_on_the_cpu_match_float64(monkeypatch, spec, K, N, setting
     got = case.run(16, 16)
     case.check(got, 16, f"{spec.name()} {settings}")
     assert all(np.array_equal(y[:1], y1) for y, y1 in zip(got, alone)), f"{spec.name()}: row 0 differs"
+
+
+def test_unknown_inline_ptx_is_refused_by_name():
+    """A PTX statement the emulator has no C++ for stops the translation (it never runs as
+    something else), and so does text that is not a generated kernel."""
+    source = '#include <cuda_fp16.h>\n__device__ void f(unsigned d) { asm("brev.b32 %0, %0;" : "+r"(d)); }\n'
+    with pytest.raises(cuda_host.CudaEmulationError, match="brev.b32"):
+        cuda_host.host_source(source)
+    with pytest.raises(cuda_host.CudaEmulationError, match="not a generated CUDA kernel"):
+        cuda_host.host_source("kernel void f() {}")
