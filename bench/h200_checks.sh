@@ -5,7 +5,7 @@
 # 1. gradients and the correctness matrix (default settings);
 # 2. Nsight Compute profiles of the default kernel (int4, rows 1 and 16);
 # 3. the benchmark (every shape, format and row count, PyTorch's F.linear and int4 kernel)
-#    with the default settings.
+#    with the default settings, 256 products per evaluation, compiled: the README's headline.
 # Each step writes under OUTDIR and is bounded, so a slow one cannot eat the others;
 # the benchmark keeps every finished case if its time runs out.
 # (Sweeps of the tensor-core settings: bench/cuda_sweep.py --settings ...; MLX-free A/B of
@@ -19,4 +19,5 @@ export PYTHONPATH=$HOME/site:$PWD:${PYTHONPATH:-}
 timeout 240 python3 bench/h200.py --out "$out/correct.json" --correctness "$matrix" --shapes 2>&1 |
   grep -v "^{"
 bash bench/h200_profile.sh "$out" int4:1 int4:16
-timeout 280 python3 bench/h200.py --out "$out/bench.json" --correctness none 2>&1 | tail -3
+timeout 280 python3 bench/h200.py --out "$out/bench.json" --correctness none --products-per-eval 256 --modes compiled 2>&1 |
+  tail -3
