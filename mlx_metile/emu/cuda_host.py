@@ -8,7 +8,9 @@ lop3 -> (a & b) | c; cp.async -> a copy, the commit / wait no-ops); everything e
 kernel body, its unpacking, K split, ring layout, reductions and epilogue - is the generated
 text itself. The PTX itself is checked only on the GPU (bench/h200.py).
 
-    out = run(artifact, inputs, scalars, rows, cols, out_shapes, out_dtype)
+    run(artifact, buffers, scalars, rows, cols)      # the op's grid for rows x cols
+    launch(artifact, buffers, scalars, (gx, gy))     # a given grid of blocks
+(buffers: numpy arrays of the element bits in the kernel's order, outputs written in place)
 """
 
 from __future__ import annotations
