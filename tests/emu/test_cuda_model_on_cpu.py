@@ -14,6 +14,7 @@ import mlx_metile.runtime.cuda as cuda_runtime
 from mlx_metile import ops
 from mlx_metile.emu import cuda_host
 from mlx_metile.integrations import mlx_lm as integration
+from mlx_metile.runtime import compile_projection
 
 from ..integrations.models import make
 
@@ -35,8 +36,7 @@ def cuda_on_cpu(monkeypatch):
         inputs = [mx.contiguous(a) for a in kw["inputs"]]
         mx.eval(inputs)
         buffers = [
-            np.ascontiguousarray(np.array(a.view(mx.uint16) if a.dtype in _BITS and a.dtype != mx.float32 else a))
-            for a in inputs
+            np.ascontiguousarray(np.array(a.view(mx.uint16) if _BITS.get(a.dtype) is np.uint16 else a)) for a in inputs
         ]
         outs = [np.zeros(shape, _BITS[dtype]) for shape, dtype in zip(kw["output_shapes"], kw["output_dtypes"])]
         names = [p.name for p in artifact.params if p.kind == "scalar"]
@@ -51,8 +51,10 @@ def cuda_on_cpu(monkeypatch):
     monkeypatch.setattr(cuda_runtime, "ptx", binary)
     monkeypatch.setattr(mx.fast, "precompiled_cuda_kernel", precompiled_cuda_kernel)
     ops._compiled.cache_clear()
+    compile_projection.cache_clear()  # no kernel compiled under another test's settings
     yield launches
     ops._compiled.cache_clear()
+    compile_projection.cache_clear()
 
 
 @pytest.mark.parametrize("arch,fmt", [("llama", "q4g64-bf16"), ("llama", "bfloat16"), ("qwen2", "q4g64-bf16")])
