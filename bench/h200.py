@@ -113,21 +113,27 @@ def _not_invariant(y, alone: dict, rows: int) -> list[int]:
     return _rows_differing(y, alone["default"] if rows <= 32 else alone["simt"])
 
 
+def _quantized_rows(arr, check, results, K: int, N: int, dtype, bits: int, rows_list, label: str) -> None:
+    """One int`bits` g64 weight [N, K]: each row count against float64, and every row
+    against the same row alone (row invariance)."""
+    wq, s, bq = mx.quantize(arr((N, K), dtype, 0.05), group_size=64, bits=bits)
+    wd = dequantize_exact(wq, s, bq, 64, bits)
+    x = arr((32, K), dtype)
+    alone = [np.array(_quantized(x[r : r + 1], wq, s, bq, 64, bits).astype(mx.float32)) for r in range(32)]
+    for rows in rows_list:
+        y = _quantized(x[:rows], wq, s, bq, 64, bits)
+        name = f"int{bits} g64 {label} {dtype} rows={rows}"
+        check(name, y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype)
+        _invariance(results, name, _rows_differing(y, alone), rows)
+
+
 def _odd_group_count(arr, check, results) -> None:
     """K = 17 groups of 64: no 4-byte scale pairs, so the tensor-core schedule
     loads through registers instead of its cp.async ring."""
-    K, N = 17 * 64, 136
+    K = 17 * 64
     for dtype in (mx.bfloat16, mx.float16):
         for bits in (4, 8):
-            wq, s, bq = mx.quantize(arr((N, K), dtype, 0.05), group_size=64, bits=bits)
-            wd = dequantize_exact(wq, s, bq, 64, bits)
-            x = arr((32, K), dtype)
-            alone = [np.array(_quantized(x[r : r + 1], wq, s, bq, 64, bits).astype(mx.float32)) for r in range(32)]
-            for rows in (1, 8, 17, 32):
-                y = _quantized(x[:rows], wq, s, bq, 64, bits)
-                name = f"int{bits} g64 K={K} {dtype} rows={rows}"
-                check(name, y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype)
-                _invariance(results, name, _rows_differing(y, alone), rows)
+            _quantized_rows(arr, check, results, K, 136, dtype, bits, (1, 8, 17, 32), f"K={K}")
 
 
 def _wide_outputs(arr, check, results) -> None:
@@ -135,17 +141,9 @@ def _wide_outputs(arr, check, results) -> None:
     2 column tiles per block on the staged ring on CUDA, at every row bucket."""
     from mlx_metile.compiler.lower_mma_staged import NARROW_COLUMNS, SHORT_K
 
-    K, N = SHORT_K, NARROW_COLUMNS + 40
+    N = NARROW_COLUMNS + 40
     for bits in (4, 8):
-        wq, s, bq = mx.quantize(arr((N, K), mx.bfloat16, 0.05), group_size=64, bits=bits)
-        wd = dequantize_exact(wq, s, bq, 64, bits)
-        x = arr((32, K), mx.bfloat16)
-        alone = [np.array(_quantized(x[r : r + 1], wq, s, bq, 64, bits).astype(mx.float32)) for r in range(32)]
-        for rows in (1, 3, 8, 9, 16, 17, 32):
-            y = _quantized(x[:rows], wq, s, bq, 64, bits)
-            name = f"int{bits} g64 N={N} bf16 rows={rows}"
-            check(name, y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, mx.bfloat16)
-            _invariance(results, name, _rows_differing(y, alone), rows)
+        _quantized_rows(arr, check, results, SHORT_K, N, mx.bfloat16, bits, (1, 3, 8, 9, 16, 17, 32), f"N={N}")
 
 
 def _quantized_fusions(arr, check, results, quick: bool) -> None:
