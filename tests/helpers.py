@@ -37,5 +37,8 @@ def assert_close(got: mx.array, exact: np.ndarray, tol: np.ndarray, what: str = 
 
 
 def bits(a: mx.array) -> np.ndarray:
-    """The raw bit patterns of a float array, for bit-exact comparisons."""
+    """The raw bit patterns of an array (floats as unsigned integers of their width, other
+    dtypes as they are), for bit-exact comparisons and for kernel buffers of element bits."""
+    if a.dtype not in SIGNIFICAND:
+        return np.array(a)
     return np.array(a.view(mx.uint32 if a.dtype == mx.float32 else mx.uint16))

@@ -6,7 +6,6 @@ plumbing and the kernels are checked together, against the unpatched model."""
 from __future__ import annotations
 
 import mlx.core as mx
-import numpy as np
 import pytest
 
 import mlx_metile as mt
@@ -16,9 +15,8 @@ from mlx_metile.emu import cuda_host
 from mlx_metile.integrations import mlx_lm as integration
 from mlx_metile.runtime import compile_projection
 
+from ..helpers import bits
 from ..integrations.models import make
-
-_BITS = {mx.bfloat16: np.uint16, mx.float16: np.uint16, mx.float32: np.float32}
 
 
 @pytest.fixture
@@ -35,16 +33,14 @@ def cuda_on_cpu(monkeypatch):
         assert kw["name"] == artifact.entry
         inputs = [mx.contiguous(a) for a in kw["inputs"]]
         mx.eval(inputs)
-        buffers = [
-            np.ascontiguousarray(np.array(a.view(mx.uint16) if _BITS.get(a.dtype) is np.uint16 else a)) for a in inputs
-        ]
-        outs = [np.zeros(shape, _BITS[dtype]) for shape, dtype in zip(kw["output_shapes"], kw["output_dtypes"])]
+        buffers = [bits(a) for a in inputs]
+        outs = [bits(mx.zeros(shape, dtype)) for shape, dtype in zip(kw["output_shapes"], kw["output_dtypes"])]
         names = [p.name for p in artifact.params if p.kind == "scalar"]
         (gx, gy, _), (tx, ty, _) = kw["grid"], kw["threadgroup"]
         assert kw["threadgroup"] == artifact.threads_per_group and gx % tx == 0 and gy % ty == 0
         cuda_host.launch(artifact, buffers + outs, dict(zip(names, kw["scalars"])), (gx // tx, gy // ty))
         launches.append(artifact.entry)
-        return [mx.array(o).view(d) if o.dtype == np.uint16 else mx.array(o) for o, d in zip(outs, kw["output_dtypes"])]
+        return [mx.array(o).view(d) for o, d in zip(outs, kw["output_dtypes"])]
 
     monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
     monkeypatch.setattr(ops, "_backend", lambda stream: "cuda")

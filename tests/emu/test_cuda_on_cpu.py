@@ -16,7 +16,7 @@ from mlx_metile.reference import dequantize_exact
 from mlx_metile.runtime import compile_projection
 from mlx_metile.spec import ProjectionSpec, WeightFormat
 
-from ..helpers import rand
+from ..helpers import bits, rand
 
 MX = {"bf16": mx.bfloat16, "f16": mx.float16, "f32": mx.float32}
 ULP = {"bf16": 2.0**-8, "f16": 2.0**-11}
@@ -38,13 +38,6 @@ def cuda_kernels(monkeypatch):
     compile_projection.cache_clear()
 
 
-def _bits(a: mx.array) -> np.ndarray:
-    """An MLX array as a C-contiguous numpy array of its element bits."""
-    if a.dtype in (mx.bfloat16, mx.float16):
-        a = a.view(mx.uint16)
-    return np.ascontiguousarray(np.array(a))
-
-
 def _values(bits: np.ndarray, act: str) -> np.ndarray:
     if act == "bf16":
         return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
@@ -59,7 +52,7 @@ class Case:
         self.spec, self.K, self.N = spec, K, N
         act = MX[spec.act_dtype]
         x = rand((rows, K), act, seed)
-        self.buffers = {"x": _bits(x)}
+        self.buffers = {"x": bits(x)}
         self.x = np.array(x.astype(mx.float32), np.float64)
         self.w = []
         for i, f in enumerate(spec.weights):
@@ -67,21 +60,21 @@ class Case:
             if f.quantized:
                 wq, s, b = mx.quantize(dense, group_size=f.group_size, bits=f.bits)
                 s, b = s.astype(MX.get(f.dtype, mx.float32)), b.astype(MX.get(f.dtype, mx.float32))
-                self.buffers |= {f"w{i}": _bits(wq), f"scales{i}": _bits(s), f"biases{i}": _bits(b)}
+                self.buffers |= {f"w{i}": bits(wq), f"scales{i}": bits(s), f"biases{i}": bits(b)}
                 self.w.append(dequantize_exact(wq, s, b, f.group_size, f.bits))
             else:
-                self.buffers[f"w{i}"] = _bits(dense)
+                self.buffers[f"w{i}"] = bits(dense)
                 self.w.append(np.array(dense.astype(mx.float32), np.float64))
         self.bias = []
         for i, f in enumerate(spec.weights):
             b = rand((N,), MX[f.bias_dtype], seed + 10 + i) if f.has_bias else None
             if b is not None:
-                self.buffers[f"bias{i}"] = _bits(b)
+                self.buffers[f"bias{i}"] = bits(b)
             self.bias.append(0.0 if b is None else np.array(b.astype(mx.float32), np.float64))
         self.residual = 0.0
         if spec.has_residual:
             r = rand((rows, N), act, seed + 20)
-            self.buffers["residual"] = _bits(r)
+            self.buffers["residual"] = bits(r)
             self.residual = np.array(r.astype(mx.float32), np.float64)
 
     def run(self, bucket: int, rows: int, one_tile: bool = True) -> list[np.ndarray]:
