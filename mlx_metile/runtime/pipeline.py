@@ -27,6 +27,7 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
         raise ValueError(f"unknown target {target!r}; known: {sorted(RENDERERS)}")
     program = projection_program(spec)
     mma = target == "cuda" and tensor_cores() and mma_supported(spec)
+    warps = mma_warps(spec) if mma else 0
     schedule = choose(
         rows_bucket,
         spec.accumulators,
@@ -36,8 +37,8 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
         spec.act_dtype,
         target,
         mma_chunk(spec) if mma else 0,
-        mma_warps(spec) if mma else 0,
-        staged_max_tiles(spec, mma_warps(spec), one_tile) if mma else 4,
+        warps,
+        staged_max_tiles(spec, warps, one_tile) if mma else 4,
     )
     bound = bind_meta(program, schedule.meta())
     verify(bound)
