@@ -19,39 +19,35 @@ HARNESS = Path(__file__).with_name("generated_harness.py")
 E = "MLX_METILE_CUDA_MMA_"
 
 # name: (harness arguments, variants); the first variant is each file's default and reference.
-# The standing questions after session 5 (whose runs, with the variants of that time, are in
-# bench/results/h200-ab-2026-11-29-session5.json): the defaults against what they replaced -
-# dense weights on the staged ring (8 warps where they fit) against split-K and 4 warps;
-# nibble-split 8-bit against the f32 conversion; two column tiles against one on wide outputs;
-# and for gate/up, stages of 2 groups, with which two tiles' rings fit (the stage size is part
-# of the K split, so it would change every row bucket of the spec).
+# Session 6 asks whether interleaved K stages (il: MLX_METILE_CUDA_MMA_INTERLEAVE=1, warp w
+# taking stages w, w + W, ... so that a block's warps copy adjacent runs of each column) stream
+# faster than contiguous K ranges, on every benchmark shape and format, and at 1 and 8 rows over K.
+# Earlier questions and their answers: bench/results/h200-ab-2026-11-29-session{4,5,6}.json.
 
 
 def shape(fmt: str, k: int, n: int, pool: int) -> list[str]:
     return ["--format", fmt, "--epilogue", "none", "--k", str(k), "--n", str(n), "--pool", str(pool)]
 
 
-BF16 = ["default=", f"splitk={E}DENSE=0", f"w4={E}WARPS=4"]
-Q8 = ["default=", f"f32conv={E}Q8SPLIT=0"]
-TILES = ["default=", f"t1={E}TILES=1"]
-SUITE = {
-    "bf16_4096x14336": (shape("bf16", 4096, 14336, 8), BF16),
-    "bf16_14336x4096": (shape("bf16", 14336, 4096, 8), BF16),
-    "bf16_1536x8960": (shape("bf16", 1536, 8960, 16), BF16),
-    "bf16_gateup_fused": (["--format", "bf16"], BF16[:2]),
-    "q8g64_gateup_fused": (["--format", "q8g64"], Q8),
-    "q8g64_14336x4096": (shape("q8g64", 14336, 4096, 16), Q8),
-    "q4g64_gateup_fused": (["--format", "q4g64"], ["default=", f"g2={E}GROUPS=2"]),
-    "q4g64_4096x14336": (shape("q4g64", 4096, 14336, 16), TILES),
-    "q8g64_4096x14336": (shape("q8g64", 4096, 14336, 8), TILES),
-}
+IL = ["default=", f"il={E}INTERLEAVE=1"]
+# and whether a register cap (minimum blocks per SM: mbN = MLX_METILE_CUDA_MMA_MINBLOCKS=N) pays
+# at 16 and 32 rows, where the uncapped kernels hold 154-255 registers: 2-3 blocks per SM.
+MB = ["default=", f"mb2={E}MINBLOCKS=2", f"mb3={E}MINBLOCKS=3"]
+SUITE = {}
+for fmt, pool in (("q4g64", 32), ("q8g64", 16), ("bf16", 8)):
+    SUITE[f"{fmt}_gateup_fused"] = (["--format", fmt, "--pool", str(pool // 4)], IL)
+    SUITE[f"{fmt}_gateup_fused_mb"] = (["--format", fmt, "--rows", "16,32", "--pool", str(pool // 4)], MB)
+    for k, n in ((4096, 4096), (4096, 14336), (14336, 4096), (1536, 8960), (8960, 1536)):
+        args = shape(fmt, k, n, pool * (4 if k * n < 2**25 else 1))
+        SUITE[f"{fmt}_{k}x{n}"] = (args, IL)
+        SUITE[f"{fmt}_{k}x{n}_mb"] = ([*args, "--rows", "16,32"], MB)
 # The default gate/up kernel over K (with bench/cuda_probe/fixed_cost.cu: a line t = a + bytes / B
 # through these separates the fixed cost of a launch from the streaming rate).
 for fmt in ("q4g64", "q8g64"):
     for k, pool in ((1024, 32), (2048, 16), (8192, 4), (16384, 3)):
         SUITE[f"{fmt}_gateup_k{k}"] = (
             ["--format", fmt, "--k", str(k), "--rows", "1,8", "--pool", str(pool)],
-            ["default="],
+            IL,
         )
 
 

@@ -58,15 +58,18 @@ MAX_PARTIALS = 8  # accumulator tiles (x 4 floats) one lane may hold: tiles x ro
 # From the H200 sweeps of 2026-11-29 (bench/results/h200-sweep-mma2-2026-11-29.json).
 SHARED = {"warps": 4, "wide": 0}
 # `minblocks` (staged schedule only): blocks per SM the compiler must fit, capping
-# registers - 4 at <= 8 rows (+1-13% on the H200 for 4-bit weights), none above,
-# where the cap spills (bench/results/h200-ab-2026-11-29-session4.json).
+# registers - 4 at <= 8 rows (+1-13% on the H200 for 4-bit weights), none at 16, where
+# caps of 3-4 spill (bench/results/h200-ab-2026-11-29-session4.json), 2 at 32 rows: the
+# uncapped kernels there already hold 191-255 registers (2 blocks per SM), yet ptxas's
+# code for (threads, 2) ran 2-22% faster on every 4/8-bit shape but two (-1%) and
+# within 1% for dense weights (bench/results/h200-ab-2026-11-29-session6.json).
 # `tiles` 2: on the staged ring where it fits and the output is wide enough
 # (lower_mma_staged.staged_max_tiles), +3-39% on the H200 at 1-32 rows for 4096 -> 14336
 # (bench/results/h200-ab-2026-11-29-session5.json, call 13); 1 elsewhere.
 DEFAULTS = {
     8: {"batch": 2, "tiles": 2, "minblocks": 4},
     16: {"batch": 1, "tiles": 2, "minblocks": 0},
-    32: {"batch": 1, "tiles": 2, "minblocks": 0},
+    32: {"batch": 1, "tiles": 2, "minblocks": 2},
 }
 ALLOWED = {
     "warps": (1, 2, 4, 8, 16),
@@ -78,6 +81,7 @@ ALLOWED = {
     "groups": (2, 4, 8),
     "stages": (2, 3, 4),
     "q8split": (0, 1),
+    "interleave": (0, 1),
 }
 SPLIT_ALIGN = 4  # chunks: each warp's range starts at a multiple of this where K allows
 
@@ -500,6 +504,17 @@ class MMALowering(_Lowering):
             + ["}"]
         )
 
+    def k_split(self) -> list[str]:
+        """C lines giving this warp's chunks [c_begin, c_end): contiguous ranges of
+        equal length (a multiple of `align`), the last ones shorter or empty."""
+        s = self.s
+        return [
+            f"const int chunks = K / {self.ck};",
+            f"const int per_warp = (chunks + {s.SG * self.align - 1}) / {s.SG * self.align} * {self.align};",
+            "const int c_begin = warp * per_warp;",
+            "const int c_end = min(chunks, c_begin + per_warp);",
+        ]
+
     def reduction_buffer(self, body: list, nacc: int) -> None:
         """`red[warp][acc][tile][row tile][element][lane]`: the warps' partial sums."""
         s = self.s
@@ -523,10 +538,7 @@ class MMALowering(_Lowering):
             "const int warp = threadIdx.x >> 5;",
             "const int g = (threadIdx.x & 31) >> 2;",
             "const int t = threadIdx.x & 3;",
-            f"const int chunks = K / {self.ck};",
-            f"const int per_warp = (chunks + {s.SG * self.align - 1}) / {s.SG * self.align} * {self.align};",
-            "const int c_begin = warp * per_warp;",
-            "const int c_end = min(chunks, c_begin + per_warp);",
+            *self.k_split(),
         ]
         for r in range(rt):
             lines.append(f"const int xrow{r} = pid1 * {s.BM} + {8 * r} + g;")

@@ -51,6 +51,14 @@ DENSE_STAGE_K = 64  # k of a dense column per stage by default: 2 chunks of 32, 
 DENSE_WARPS = 8
 
 
+def interleaved() -> bool:
+    """MLX_METILE_CUDA_MMA_INTERLEAVE=1: the warps of a block take K in interleaved
+    stages (warp w: stages w, w + W, ...), so that at any time they copy adjacent runs
+    of each column (W x 64-256 bytes) rather than runs K / W apart. Part of every
+    row's sum order (which chunks each warp adds), so one setting for all row buckets."""
+    return mma_override("interleave") == 1
+
+
 def chunk_bytes(spec: ProjectionSpec) -> int:
     """Bytes of one column per chunk (chunk_k of a quantized weight, or of a 2-byte dense one)."""
     w = spec.weights[0]
@@ -188,6 +196,25 @@ class StagedMMALowering(MMALowering):
             raise LowerError(f"{program.name}: the staged rings of {self.tiles} tiles do not fit 2 stages")
         self.pieces = self.nrows * self.row_bytes // 16 // 32  # 16-byte copies per lane per stage
         self.scale_passes = -(-self.nrows // 32)  # warp-wide passes copying a stage's scales
+        self.interleave = interleaved()
+
+    # -- the K split ---------------------------------------------------------------
+    def k_split(self) -> list[str]:
+        """Interleaved (see interleaved()): warp w takes stages w, w + W, w + 2W, ...
+        of the K range (`nst` of them); else lower_mma's contiguous ranges."""
+        if not self.interleave:
+            return super().k_split()
+        sg = self.s.SG
+        return [
+            f"const int k_stages = K / {self.ck * self.groups};",
+            f"const int nst = warp < k_stages ? (k_stages - 1 - warp) / {sg} + 1 : 0;",
+        ]
+
+    def stage_chunk(self, stage: str) -> str:
+        """The first chunk of this warp's stage `stage` (a C expression)."""
+        if self.interleave:
+            return f"((({stage}) * {self.s.SG} + warp) * {self.groups})"
+        return f"(c_begin + ({stage}) * {self.groups})"
 
     # -- shared -> lanes ---------------------------------------------------------
     def weight_loads(self, b: int, ch: str, live: str | None, nacc: int) -> list[Load]:
@@ -281,7 +308,7 @@ class StagedMMALowering(MMALowering):
     def copy_stage(self, stage: str, slot: str) -> list[str]:
         """Statements issuing the copies of stage `stage` into ring slot `slot`."""
         w = self.spec.weights[0]
-        chunk0 = f"(c_begin + ({stage}) * {self.groups})"
+        chunk0 = self.stage_chunk(stage)
         lines = [f"unsigned char* const dst = ring + ({slot}) * {self.slot};"]
         lines.append(f"const size_t wo = (size_t){chunk0} * {self.group_bytes};")
         for i in range(self.pieces):
@@ -311,8 +338,9 @@ class StagedMMALowering(MMALowering):
         lines = [
             f"__shared__ __align__(16) unsigned char metile_ring[{ring_bytes}];",
             f"unsigned char* const ring = metile_ring + warp * {stages * self.slot};",
-            f"const int nst = max(c_end - c_begin, 0) / {groups};",
         ]
+        if not self.interleave:  # else k_split gave nst
+            lines.append(f"const int nst = max(c_end - c_begin, 0) / {groups};")
         lines += self.copy_setup(nacc)
         for st in range(stages - 1):
             lines.append(f"if ({st} < nst) {{")
@@ -340,7 +368,7 @@ class StagedMMALowering(MMALowering):
         return (
             lines
             + [f"int rd = 0, wr = {stages - 1};", "#pragma unroll 1", "for (int st = 0; st < nst; ++st) {"]
-            + [f"  const int ch0 = c_begin + st * {groups};"]
+            + [f"  const int ch0 = {self.stage_chunk('st')};"]
             + ["  " + ln for ln in body]
             + ["}", "metile_cp_wait<0>();", "__syncthreads();  // the ring becomes the reduction buffer"]
         )

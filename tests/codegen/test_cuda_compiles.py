@@ -206,8 +206,9 @@ def test_staged_mma_kernels_compile(fresh_kernels, monkeypatch, spec, groups):
         assert art.schedule.kind == "mma", spec.name()
         assert ("metile_cp16(" in art.source) == bool(groups), spec.name()
         if groups:
-            assert f"const int ch0 = c_begin + st * {groups};" in art.source, spec.name()
-            assert ("__launch_bounds__(128, 4)" in art.source) == (bucket <= 8), spec.name()
+            assert f"const int ch0 = (c_begin + (st) * {groups});" in art.source, spec.name()
+            bounds = {1: "(128, 4)", 16: "(128)", 32: "(128, 2)"}[bucket]  # registers capped for 4 or 2 blocks
+            assert f"__launch_bounds__{bounds}" in art.source, spec.name()
         splits.add(k_split(art))
         assert sm90_code(ptx(art, "sm_90"))
     assert len(splits) == 1, splits
@@ -224,9 +225,25 @@ def test_staged_falls_back_where_a_stage_would_not_fit_one_copy(fresh_kernels, m
         assert sm90_code(ptx(art, "sm_90"))
 
 
+def test_interleaved_k_stages_split_alike_in_every_bucket(fresh_kernels, monkeypatch):
+    """MLX_METILE_CUDA_MMA_INTERLEAVE=1: warp w takes stages w, w + W, ... - the same lines
+    in every row bucket (the sum order), and the kernels compile for sm_90."""
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_INTERLEAVE", "1")
+    spec = STAGED_SPECS[0][0]
+    splits = set()
+    for bucket in (1, 16, 32):
+        art = compile_projection(spec, bucket, "cuda")
+        lines = [ln.strip() for ln in art.source.splitlines()]
+        splits.add(tuple(ln for ln in lines if ln.startswith(("const int k_stages", "const int nst", "const int ch0"))))
+        assert "c_begin" not in art.source
+        assert sm90_code(ptx(art, "sm_90"))
+    assert len(splits) == 1 and len(next(iter(splits))) == 3, splits
+
+
 def test_staged_settings_are_checked(fresh_kernels, monkeypatch):
     spec = STAGED_SPECS[0][0]
-    for var, bad in (("GROUPS", "3"), ("STAGES", "9"), ("MINBLOCKS", "x")):
+    for var, bad in (("GROUPS", "3"), ("STAGES", "9"), ("MINBLOCKS", "x"), ("INTERLEAVE", "2")):
         monkeypatch.setenv(f"MLX_METILE_CUDA_MMA_{var}", bad)
         with pytest.raises(ValueError, match=f"MLX_METILE_CUDA_MMA_{var}"):
             compile_projection(spec, 1, "cuda")

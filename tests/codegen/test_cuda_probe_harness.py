@@ -33,7 +33,7 @@ def test_harness_holds_each_variant_under_its_settings(tmp_path):
     assert [ln.split()[1] for ln in namespaces] == ["v0_1", "v0_2", "v0_16", "v1_1", "v1_2", "v1_16"]
     direct, staged = src.split("namespace v1_1", 1)
     assert "metile_cp16(dst" not in direct and "metile_cp16(dst" in staged
-    assert "const int ch0 = c_begin + st * 2;" in staged
+    assert "const int ch0 = (c_begin + (st) * 2);" in staged
     # the kernels the op would pick: 1 row runs the tensor-core kernel of 8-row tiles
     assert "if (rows > 0 && rows <= 1)" in src and "if (rows > 2 && rows <= 16)" in src
     assert "(rows + 8 - 1) / 8" in src and "(rows + 16 - 1) / 16" in src

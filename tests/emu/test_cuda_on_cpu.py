@@ -171,6 +171,10 @@ VARIANTS = [  # (spec, K, N, settings): epilogues, bias and residual, scales dty
         {"DENSE": "1"},
     ),
     (ProjectionSpec("bf16", (q4,), k_multiple=256), 512, 32, {"WIDE": "1"}),
+    # interleaved K stages: 5 stages over 4 warps (one warp takes two), SwiGLU, dense over 8 warps
+    (ProjectionSpec("bf16", (q4,), k_multiple=256), 1280, 32, {"INTERLEAVE": "1"}),
+    (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), 768, 16, {"INTERLEAVE": "1"}),
+    (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=64), 320, 32, {"INTERLEAVE": "1"}),
     (ProjectionSpec("f16", (WeightFormat("f16", has_bias=True, bias_dtype="f16"),) * 3, k_multiple=256), 256, 16, {}),
 ]
 
