@@ -405,6 +405,7 @@ def _launch_cuda(artifact, inputs, scalars, rows, cols, out_ns, out_dtype, strea
         scalars=[scalars[name] for name in names],
         grid=(gx * tx, gy * ty, gz * tz),
         threadgroup=(tx, ty, tz),
+        shared_memory=artifact.dynamic_shared,
         ensure_row_contiguous=True,
         stream=stream,
     )

@@ -1,7 +1,10 @@
 """Does MLX's precompiled-kernel op give a kernel more than 48 KB of dynamic shared memory?
 (MLX's source sets CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES when shared_memory >
-48000; larger rings for the staged schedule would need it.) On the GPU machine, with MLX's
-CUDA build importable and nvcc on PATH:
+48000, once: when the kernel is first fetched from its module, keyed by name and binary;
+larger rings for the staged schedule would need it.) Each size gets its own kernel name,
+so its own first launch: the session-5 version of this probe launched one binary at
+ascending sizes, so the attribute was configured at 16 KB and never again, and every size
+over 48 KB failed. On the GPU machine, with MLX's CUDA build importable and nvcc on PATH:
 
     python bench/cuda_probe/dynamic_smem.py
 
@@ -20,7 +23,7 @@ import mlx.core as mx
 import numpy as np
 
 SOURCE = r"""
-extern "C" __global__ void fill_smem(const float* x, float* y, int words) {
+extern "C" __global__ void NAME(const float* x, float* y, int words) {
   extern __shared__ float buf[];
   for (int i = threadIdx.x; i < words; i += blockDim.x) buf[i] = x[i % 1024] + (float)(i % 7);
   __syncthreads();
@@ -32,10 +35,10 @@ extern "C" __global__ void fill_smem(const float* x, float* y, int words) {
 THREADS, BLOCKS = 256, 4
 
 
-def cubin() -> bytes:
+def cubin(name: str) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "k.cu", Path(tmp) / "k.cubin"
-        src.write_text(SOURCE)
+        src.write_text(SOURCE.replace("NAME", name))
         subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-O3", str(src), "-o", str(out)], check=True)
         return out.read_bytes()
 
@@ -47,15 +50,15 @@ def expected(x: np.ndarray, words: int) -> np.ndarray:
 
 
 def main() -> None:
-    binary = cubin()
     x = np.random.default_rng(0).standard_normal(1024).astype(np.float32)
     for size in (16 << 10, 48 << 10, 64 << 10, 96 << 10, 160 << 10, 227 << 10):
         words = size // 4
         row = {"shared_memory": size}
+        name = f"fill_smem_{size}"
         try:
             (y,) = mx.fast.precompiled_cuda_kernel(
-                name="fill_smem",
-                compiled_source=binary,
+                name=name,
+                compiled_source=cubin(name),
                 inputs=[mx.array(x)],
                 output_shapes=[(BLOCKS * THREADS,)],
                 output_dtypes=[mx.float32],

@@ -87,8 +87,9 @@ int main() {
 
 VARIANT = r"""
     {  // variant @NAME@
+      cudaFuncSetAttribute((const void*)@ENTRY@, cudaFuncAttributeMaxDynamicSharedMemorySize, @SMEM@);
       auto launch = [&](int p) {
-        @ENTRY@<<<dim3(@GX@, (rows + @BM@ - 1) / @BM@, 1), dim3(@TX@, 1, 1)>>>(@ARGS@);
+        @ENTRY@<<<dim3(@GX@, (rows + @BM@ - 1) / @BM@, 1), dim3(@TX@, 1, 1), @SMEM@>>>(@ARGS@);
       };
       for (int i = 0; i < 2 * POOL; ++i) launch(i % POOL);
       cudaEventRecord(ev[0]);
@@ -172,7 +173,9 @@ def main() -> None:
                     ctype = {"u32": "unsigned", "bf16": "__nv_bfloat16"}[p.dtype]
                     args_c.append(f"(const {ctype}*)sets[p][{idx}]")
             grid_x, bm = art.grid(1, N)[0], art.schedule.BM
-            variants.append((name, bucket, bm, entry, grid_x, art.threads_per_group[0], ", ".join(args_c)))
+            variants.append(
+                (name, bucket, bm, entry, grid_x, art.threads_per_group[0], ", ".join(args_c), art.dynamic_shared)
+            )
     wbytes = 0
     for p in params:
         if p.kind != "buffer" or p.output or p.name == "x":
@@ -194,7 +197,7 @@ def main() -> None:
         else:
             alloc.append(f"    sets[p].push_back(alloc_bf16((size_t)N[{i}], 3u, 0.0f, 0.0f));")
     body = []
-    for vi, (name, bucket, bm, entry, gx, tx, args_c) in enumerate(variants):
+    for vi, (name, bucket, bm, entry, gx, tx, args_c, smem) in enumerate(variants):
         lo = max([0] + [b for (nm, b, *_r) in variants if nm == name and b < bucket])
         first = "true" if vi < len({b for (_, b, *_r) in variants}) else "false"
         text = VARIANT
@@ -205,6 +208,7 @@ def main() -> None:
             "@BM@": str(bm),
             "@TX@": str(tx),
             "@ARGS@": args_c,
+            "@SMEM@": str(smem),
             "@FIRST@": first,
             "@NOUT@": "N[0]",
         }.items():

@@ -34,15 +34,32 @@ IL = ["default=", f"il={E}INTERLEAVE=1"]
 # at 16 and 32 rows, where the uncapped kernels hold 154-255 registers: 2-3 blocks per SM
 # (answered in call 5: 2 at 32 rows, now the default).
 MB = ["default=", f"mb2={E}MINBLOCKS=2", f"mb3={E}MINBLOCKS=3"]
+# Rings over 48 KB (dynamic shared memory, which MLX does give a kernel - see
+# dynamic_smem.py): sN = MLX_METILE_CUDA_MMA_SMEM=N (KB), stN = STAGES, tN = TILES.
+BIG = {
+    "q4g64_4096x14336": ["default=", f"s96t4={E}SMEM=96;{E}TILES=4"],
+    "q4g64_gateup_fused": ["default=", f"s96={E}SMEM=96"],
+    "q4g64_14336x4096": ["default=", f"s80st8={E}SMEM=80;{E}STAGES=8"],
+    "q4g64_4096x4096": ["default=", f"s80st8={E}SMEM=80;{E}STAGES=8"],
+    "q8g64_4096x14336": ["default=", f"s80={E}SMEM=80", f"s80t4={E}SMEM=80;{E}TILES=4"],
+    "q8g64_gateup_fused": ["default=", f"s80={E}SMEM=80", f"s80t1={E}SMEM=80;{E}TILES=1"],
+    "bf16_4096x4096": ["default=", f"s56st3={E}SMEM=56;{E}STAGES=3", f"s74={E}SMEM=74"],
+    "bf16_4096x14336": ["default=", f"s74={E}SMEM=74", f"s74t1={E}SMEM=74;{E}TILES=1"],
+    "bf16_gateup_fused": ["default=", f"s74={E}SMEM=74"],
+}
 SUITE = {}
 for fmt, pool in (("q4g64", 32), ("q8g64", 16), ("bf16", 8)):
     gateup = ["--format", fmt, "--pool", str(pool // 4)]
     SUITE[f"{fmt}_gateup_fused"] = (gateup, IL)
     SUITE[f"{fmt}_gateup_fused_mb"] = ([*gateup, "--rows", "16,32"], MB)
+    if f"{fmt}_gateup_fused" in BIG:
+        SUITE[f"{fmt}_gateup_fused_big"] = (gateup, BIG[f"{fmt}_gateup_fused"])
     for k, n in ((4096, 4096), (4096, 14336), (14336, 4096), (1536, 8960), (8960, 1536)):
         args = shape(fmt, k, n, pool * (4 if k * n < 2**25 else 1))
         SUITE[f"{fmt}_{k}x{n}"] = (args, IL)
         SUITE[f"{fmt}_{k}x{n}_mb"] = ([*args, "--rows", "16,32"], MB)
+        if f"{fmt}_{k}x{n}" in BIG:
+            SUITE[f"{fmt}_{k}x{n}_big"] = (args, BIG[f"{fmt}_{k}x{n}"])
 # The default gate/up kernel over K (with bench/cuda_probe/fixed_cost.cu: a line t = a + bytes / B
 # through these separates the fixed cost of a launch from the streaming rate).
 for fmt in ("q4g64", "q8g64"):

@@ -79,3 +79,4 @@ class KernelDef:
     threads_per_group: int
     notes: list[str] = field(default_factory=list)  # schedule summary for the header comment
     min_groups: int = 0  # CUDA: blocks per SM to fit (caps registers), 0 for none
+    dynamic_shared: int = 0  # CUDA: bytes of dynamic shared memory each block is launched with

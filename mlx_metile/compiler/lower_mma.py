@@ -79,7 +79,8 @@ ALLOWED = {
     "minblocks": tuple(range(9)),
     # staged schedule (lower_mma_staged.py), defaults derived from the spec there
     "groups": (2, 4, 8),
-    "stages": (2, 3, 4),
+    "stages": (2, 3, 4, 5, 6, 7, 8),
+    "smem": tuple(range(48, 228)),  # KB of shared memory a block's staged rings may take
     "q8split": (0, 1),
     "interleave": (0, 1),
 }

@@ -47,6 +47,7 @@ from .lower_mma import (
 
 PAD = 16  # bytes after each ring row: the rows of a shared load on distinct banks
 MAX_STAGES = 4
+SM_SHARED = 228 * 1024  # shared memory of one SM of sm_90 (H100 / H200)
 DENSE_STAGE_K = 64  # k of a dense column per stage by default: 2 chunks of 32, 128 bytes
 DENSE_WARPS = 8
 
@@ -99,11 +100,18 @@ def slot_bytes(spec: ProjectionSpec, tiles: int = 1) -> int:
     return ring_rows(spec, tiles) * (groups * chunk_bytes(spec) + PAD + 2 * groups * scale_bytes_of(spec))
 
 
+def ring_budget() -> int:
+    """Bytes of shared memory a block's rings may take: MLX_METILE_CUDA_MMA_SMEM (KB, 48-227),
+    else the 48 KB a kernel may declare statically. Rings over 48 KB are dynamic shared
+    memory, given at launch (MLX raises the kernel's limit at its first launch)."""
+    return (mma_override("smem") or SMEM_LIMIT // 1024) * 1024
+
+
 def ring_stages(spec: ProjectionSpec, warps: int, tiles: int = 1) -> int:
-    """MLX_METILE_CUDA_MMA_STAGES (2..4), else MAX_STAGES; fewer while the
-    block's rings exceed static shared memory."""
+    """MLX_METILE_CUDA_MMA_STAGES (2..8), else MAX_STAGES; fewer while the
+    block's rings exceed ring_budget()."""
     stages = mma_override("stages") or MAX_STAGES
-    while stages > 1 and warps * stages * slot_bytes(spec, tiles) > SMEM_LIMIT:
+    while stages > 1 and warps * stages * slot_bytes(spec, tiles) > ring_budget():
         stages -= 1
     return stages
 
@@ -148,7 +156,7 @@ def mma_warps(spec: ProjectionSpec) -> int:
     if value is not None:
         return value
     dense_staged = not spec.weights[0].quantized and dense_mode() == "staged"
-    if dense_staged and DENSE_WARPS * 2 * slot_bytes(spec) <= SMEM_LIMIT:
+    if dense_staged and DENSE_WARPS * 2 * slot_bytes(spec) <= ring_budget():
         return DENSE_WARPS
     return mma_setting("warps")
 
@@ -334,9 +342,14 @@ class StagedMMALowering(MMALowering):
         the shared loads and the math of stage st."""
         self.use_helper("cuda_cp_async")
         s, stages, groups = self.s, self.stages, self.groups
-        ring_bytes = max(s.SG * stages * self.slot, self.red_bytes(nacc))
+        ring_bytes = self.ring_bytes = max(s.SG * stages * self.slot, self.red_bytes(nacc))
+        if ring_bytes > SMEM_LIMIT:  # over what a kernel may declare: sized at launch
+            self.dynamic_shared = ring_bytes
+            ring = "extern __shared__ __align__(16) unsigned char metile_ring[];"
+        else:
+            ring = f"__shared__ __align__(16) unsigned char metile_ring[{ring_bytes}];"
         lines = [
-            f"__shared__ __align__(16) unsigned char metile_ring[{ring_bytes}];",
+            ring,
             f"unsigned char* const ring = metile_ring + warp * {stages * self.slot};",
         ]
         if not self.interleave:  # else k_split gave nst
@@ -374,8 +387,12 @@ class StagedMMALowering(MMALowering):
         )
 
     def lower(self):
+        self.dynamic_shared = 0
         kernel = super().lower()
-        kernel.min_groups = mma_setting("minblocks", self.s.BM)
+        # no more blocks per SM asked for (capping registers) than the rings let share one
+        fit = max(1, SM_SHARED // (self.ring_bytes + 1024))  # the driver keeps 1 KB a block
+        kernel.min_groups = min(mma_setting("minblocks", self.s.BM), fit)
+        kernel.dynamic_shared = self.dynamic_shared
         return kernel
 
     def red_bytes(self, nacc: int) -> int:

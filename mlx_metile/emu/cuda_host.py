@@ -45,11 +45,17 @@ class CudaEmulationError(RuntimeError):
     """The generated CUDA could not be turned into, or built as, C++ for the CPU."""
 
 
-def host_source(source: str) -> str:
-    """The generated CUDA as C++ for cuda_emu.h: its includes swapped, its PTX replaced."""
+def host_source(source: str, dynamic_shared: int = 0) -> str:
+    """The generated CUDA as C++ for cuda_emu.h: its includes swapped, its PTX replaced, and
+    its dynamic shared array (if any) declared with the `dynamic_shared` bytes of a launch."""
     if "#include <cuda_fp16.h>" not in source:
         raise CudaEmulationError("not a generated CUDA kernel: its cuda_fp16 include is missing")
     text = source.replace("#include <cuda_fp16.h>", '#include "cuda_emu.h"').replace("#include <cuda_bf16.h>", "")
+    dynamic = re.compile(r"extern __shared__ (__align__\(\d+\) )?unsigned char (\w+)\[\];")
+    if dynamic.search(text):
+        if dynamic_shared <= 0:
+            raise CudaEmulationError("the kernel declares dynamic shared memory but no size was given")
+        text = dynamic.sub(lambda m: f"__shared__ {m.group(1) or ''}unsigned char {m.group(2)}[{dynamic_shared}];", text)
 
     def replace(m: re.Match) -> str:
         for marker, statement in _ASM_REPLACEMENTS:
@@ -84,7 +90,7 @@ def _launcher(entry: str, params) -> str:
 
 def build(artifact) -> Path:
     """The artifact as a shared library for the CPU, cached by its text."""
-    text = host_source(artifact.source) + "\n" + _launcher(artifact.entry, artifact.params)
+    text = host_source(artifact.source, artifact.dynamic_shared) + "\n" + _launcher(artifact.entry, artifact.params)
     header = (INCLUDE / "cuda_emu.h").read_text()
     key = hashlib.sha256(f"{text}\0{header}".encode()).hexdigest()[:24]
     out = cache_root("cuda_emu") / f"{artifact.entry}-{key}.so"

@@ -18,6 +18,7 @@ class Artifact:
     entry: str
     schedule: Schedule
     params: tuple[KernelParam, ...]  # buffer slots in order: buffers and i32 scalars
+    dynamic_shared: int = 0  # CUDA: bytes of dynamic shared memory per block, given at launch
 
     @cached_property
     def key(self) -> str:

@@ -48,7 +48,7 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
     kernel.name = f"{spec.name()}_m{schedule.BM}"
     source = RENDERERS[target]().render(kernel)
     dump(target, kernel.name, source)
-    return Artifact(target, source, kernel.name, schedule, tuple(kernel.params))
+    return Artifact(target, source, kernel.name, schedule, tuple(kernel.params), kernel.dynamic_shared)
 
 
 def tensor_cores() -> bool:

@@ -175,6 +175,9 @@ VARIANTS = [  # (spec, K, N, settings): epilogues, bias and residual, scales dty
     (ProjectionSpec("bf16", (q4,), k_multiple=256), 1280, 32, {"INTERLEAVE": "1"}),
     (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), 768, 16, {"INTERLEAVE": "1"}),
     (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=64), 320, 32, {"INTERLEAVE": "1"}),
+    # rings over 48 KB in dynamic shared memory: SwiGLU with two tiles; 4 tiles of 8 stages
+    (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), 1024, 48, {"SMEM": "96"}),
+    (ProjectionSpec("bf16", (q4,), k_multiple=256), 2048, 80, {"SMEM": "160", "TILES": "4", "STAGES": "8"}),
     (ProjectionSpec("f16", (WeightFormat("f16", has_bias=True, bias_dtype="f16"),) * 3, k_multiple=256), 256, 16, {}),
 ]
 
@@ -186,7 +189,9 @@ def test_cuda_variants_on_the_cpu_match_float64(monkeypatch, spec, K, N, setting
     for name, value in settings.items():
         monkeypatch.setenv(f"MLX_METILE_CUDA_MMA_{name}", value)
     compile_projection.cache_clear()
-    assert compile_projection(spec, 16, "cuda").schedule.kind == "mma"
+    art = compile_projection(spec, 16, "cuda")
+    assert art.schedule.kind == "mma"
+    assert (art.dynamic_shared > 48 * 1024) == ("SMEM" in settings), art.dynamic_shared
     case = Case(spec, K, N, rows=16)
     alone = case.run(8, 1)
     got = case.run(16, 16)

@@ -12,6 +12,7 @@ import pytest
 import mlx_metile as mt
 import mlx_metile.runtime.cuda as cuda_runtime
 from mlx_metile import ops
+from mlx_metile.runtime import compile_projection
 
 from ..helpers import rand
 
@@ -53,7 +54,27 @@ def test_swiglu_launch_arguments(fake_cuda):
     gx, gy, gz = kw["grid"]
     assert gx % tx == 0 and gy >= 1 and gz == 1 and (gx // tx) * 16 >= n  # whole blocks covering the columns
     assert kw["ensure_row_contiguous"] is True
+    assert kw["shared_memory"] == 0  # default rings fit 48 KB of static shared memory
     assert [r.backend for r in t.records] == ["cuda"]
+
+
+def test_rings_over_48_kb_are_launched_with_their_dynamic_shared_memory(fake_cuda, monkeypatch):
+    """MLX_METILE_CUDA_MMA_SMEM=96: SwiGLU's rings of two tiles (80 KB) are dynamic shared
+    memory, and the launch asks MLX for exactly the bytes the kernel declares it uses."""
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_SMEM", "96")
+    compile_projection.cache_clear()
+    k, n = 4096, 8448
+    x = rand((2, k), mx.bfloat16, 1)
+    w = [
+        mt.QuantizedWeight(*mx.quantize(rand((n, k), mx.bfloat16, s, 0.1), group_size=64, bits=4), 64, 4)
+        for s in (2, 3)
+    ]
+    mt.fused_linear(x, w, epilogue="swiglu")
+    (kw,) = fake_cuda
+    assert kw["shared_memory"] == 80 * 1024
+    assert kw["grid"][0] // kw["threadgroup"][0] == n // 32  # two 16-column tiles per block
+    compile_projection.cache_clear()
 
 
 def test_wide_deep_products_take_two_column_tiles_per_block(fake_cuda):
