@@ -19,20 +19,21 @@ HARNESS = Path(__file__).with_name("generated_harness.py")
 E = "MLX_METILE_CUDA_MMA_"
 
 # name: (harness arguments, variants); the first variant is each file's default and reference.
-# Session 6 asks whether interleaved K stages (il: MLX_METILE_CUDA_MMA_INTERLEAVE=1, warp w
-# taking stages w, w + W, ... so that a block's warps copy adjacent runs of each column) stream
-# faster than contiguous K ranges, on every benchmark shape and format, and at 1 and 8 rows over K.
-# Earlier questions and their answers: bench/results/h200-ab-2026-11-29-session{4,5,6}.json.
+# The questions of session 6, all answered in bench/results/h200-ab-2026-11-29-session6.json
+# (earlier ones in -session4 and -session5): interleaved K stages (IL), register caps at 16-32
+# rows (MB: 2 blocks per SM at 32 rows became the default), and rings over 48 KB (BIG), on every
+# benchmark shape and format, plus the gate/up kernel over K.
 
 
 def shape(fmt: str, k: int, n: int, pool: int) -> list[str]:
     return ["--format", fmt, "--epilogue", "none", "--k", str(k), "--n", str(n), "--pool", str(pool)]
 
 
+# il: MLX_METILE_CUDA_MMA_INTERLEAVE=1, warp w taking stages w, w + W, ..., so that a block's
+# warps copy adjacent runs of each column
 IL = ["default=", f"il={E}INTERLEAVE=1"]
-# and whether a register cap (minimum blocks per SM: mbN = MLX_METILE_CUDA_MMA_MINBLOCKS=N) pays
-# at 16 and 32 rows, where the uncapped kernels hold 154-255 registers: 2-3 blocks per SM
-# (answered in call 5: 2 at 32 rows, now the default).
+# mbN = MLX_METILE_CUDA_MMA_MINBLOCKS=N at 16 and 32 rows, where the uncapped kernels hold
+# 127-255 registers: 2-3 blocks per SM
 MB = ["default=", f"mb2={E}MINBLOCKS=2", f"mb3={E}MINBLOCKS=3"]
 # Rings over 48 KB (dynamic shared memory, which MLX does give a kernel - see
 # dynamic_smem.py): sN = MLX_METILE_CUDA_MMA_SMEM=N (KB), stN = STAGES, tN = TILES.
