@@ -75,7 +75,7 @@ def _clear_kernel_caches():
     from mlx_metile import ops
     from mlx_metile.runtime import compile_projection
 
-    ops._compiled.cache_clear()
+    ops.clear_kernel_caches()
     compile_projection.cache_clear()
 
 

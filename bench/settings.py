@@ -18,5 +18,5 @@ def apply_cuda_settings(text: str) -> None:
     for assignment in filter(None, "" if text == "default" else text.split(";")):
         var, _, value = assignment.partition("=")
         os.environ[var] = value
-    ops._compiled.cache_clear()
+    ops.clear_kernel_caches()
     compile_projection.cache_clear()

@@ -19,3 +19,13 @@ def getenv(name: str, default: str = "") -> str:
         value = _RAW.get(name.encode(_ENCODING, "surrogateescape"))
         return default if value is None else value.decode(_ENCODING, "surrogateescape")
     return os.environ.get(name, default)
+
+
+def raw_settings(*names: str):
+    """A function returning the current values of `names` in os.environ's own form
+    (bytes on POSIX, None where unset): cheap enough to key a cache on every call."""
+    if _FAST:
+        keys = tuple(n.encode(_ENCODING, "surrogateescape") for n in names)
+        get = _RAW.get
+        return lambda: tuple(get(k) for k in keys)
+    return lambda: tuple(os.environ.get(n) for n in names)

@@ -26,7 +26,7 @@ import mlx.core as mx
 
 from .compiler.lower_mma_staged import one_tile
 from .compiler.schedule import row_bucket
-from .envvars import getenv
+from .envvars import getenv, raw_settings
 from .gradients import differentiable
 from .reference import fused_reference
 from .runtime import compile_projection, emulation_enabled, emulator_object
@@ -59,7 +59,7 @@ def _require_array(a, what: str) -> mx.array:
     return a
 
 
-_VALIDATED: dict[tuple, tuple] = {}  # (ids, settings) -> weak references to the arrays validated
+_VALIDATED: dict[tuple, tuple] = {}  # (ids, settings) -> weak references to the arrays validated, signature
 _VALIDATED_LIMIT = 4096
 
 
@@ -73,14 +73,21 @@ class QuantizedWeight:
         # objects, checked through weak references: an id alone may be reused)
         # with the same settings need validating once - this runs on every eager call.
         key = (id(w), id(scales), id(biases), group_size, bits)
-        refs = _VALIDATED.get(key)
-        if refs is None or refs[0]() is not w or refs[1]() is not scales or refs[2]() is not biases:
+        entry = _VALIDATED.get(key)
+        if entry is None or entry[0]() is not w or entry[1]() is not scales or entry[2]() is not biases:
             self._validate(w, scales, biases, group_size, bits)
             if len(_VALIDATED) >= _VALIDATED_LIMIT:
                 _VALIDATED.clear()
-            _VALIDATED[key] = (weakref.ref(w), weakref.ref(scales), weakref.ref(biases))
-        self.w, self.scales, self.biases = w, scales, biases
-        self.group_size, self.bits = group_size, bits
+            q = (w, scales, biases)
+            signature = (group_size, bits, *(a.shape for a in q), *(a.dtype for a in q))
+            entry = _VALIDATED[key] = (weakref.ref(w), weakref.ref(scales), weakref.ref(biases), signature)
+        # immutable, so that what calls with it are planned by (_plan_key) stays true of it
+        values = {"w": w, "scales": scales, "biases": biases, "group_size": group_size, "bits": bits}
+        for name, value in (*values.items(), ("signature", entry[3])):  # signature: its format and shapes
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"QuantizedWeight is immutable: make a new one rather than set {name!r}")
 
     @staticmethod
     def _validate(w, scales, biases, group_size: int, bits: int) -> None:
@@ -199,6 +206,12 @@ def _project(
     residual: mx.array | None,
     stream: StreamLike,
 ) -> list[mx.array]:
+    plannable = stream is None and not tracing()  # (explicit streams and traced calls take the full path)
+    if plannable and _PLANS:
+        plan = _PLANS.get(_plan_key(op, x, weights, biases, epilogue, residual))
+        if plan is not None:  # a call like one already checked and planned: only its arrays differ
+            return plan.run(x, weights, biases, residual, None)
+    x_in, residual_in = x, residual
     x = _require_array(x, "x")
     act = _float_dtype(x, "x")
     if x.ndim < 1:
@@ -283,6 +296,28 @@ def _project(
     cols = Ns[0] if epilogue == "swiglu" else sum(Ns)
     tile1 = target == "cuda" and one_tile(cols, K)
     _, artifact = _compiled(act, formats, epilogue, residual is not None, k_multiple, row_bucket(rows), target, tile1)
+    scalars = {"M": rows, "K": K, **{f"N{i}": n for i, n in enumerate(Ns)}}
+    out_ns = [Ns[0]] if single else Ns
+    if backend == "cuda":
+        plan = _cuda_plan_of(artifact, x_in, residual_in, out_dtype, rows, cols, scalars, lead, out_ns)
+        if getenv("MLX_METILE_CUDA_GRADIENTS", "0") == "1":
+            # opt-in: it passed the H200 gradient check, but what it costs an eager call is unmeasured
+            inputs = plan.inputs(x_in, weights, biases, residual_in)
+            outs = differentiable(
+                lambda arrays: plan.launch(arrays, s),
+                lambda arrays: _reference_of_flat(arrays, weights, biases, epilogue, res2 is not None),
+                inputs,
+            )
+            outs = plan.shaped(outs)
+        else:
+            outs = plan.run(x_in, weights, biases, residual_in, None if stream is None else s)  # as a planned call
+            key = _plan_key(op, x_in, weights, biases, epilogue, residual_in) if plannable else None
+            if key is not None:
+                if len(_PLANS) >= _PLANS_LIMIT:
+                    _PLANS.clear()
+                _PLANS[key] = plan
+        _record(op, rows, K, Ns, formats, epilogue, residual is not None, backend, artifact.entry)
+        return outs
     inputs: list[mx.array] = [x2]
     for w, b in zip(weights, biases):
         if isinstance(w, QuantizedWeight):
@@ -293,19 +328,6 @@ def _project(
             inputs.append(b)
     if res2 is not None:
         inputs.append(res2)
-    scalars = {"M": rows, "K": K, **{f"N{i}": n for i, n in enumerate(Ns)}}
-    out_ns = [Ns[0]] if single else Ns
-    if backend == "cuda":
-        launch = lambda arrays: _launch_cuda(artifact, arrays, scalars, rows, cols, out_ns, out_dtype, s)  # noqa: E731
-        if getenv("MLX_METILE_CUDA_GRADIENTS", "0") == "1":
-            # opt-in: it passed the H200 gradient check, but what it costs an eager call is unmeasured
-            outs = differentiable(
-                launch, lambda arrays: _reference_of_flat(arrays, weights, biases, epilogue, res2 is not None), inputs
-            )
-        else:
-            outs = launch(inputs)
-        _record(op, rows, K, Ns, formats, epilogue, residual is not None, backend, artifact.entry)
-        return outs if len(lead) == 1 else [o.reshape(*lead, n) for o, n in zip(outs, out_ns)]
     if _ext is None:
         raise RuntimeError(f"mlx_metile: the C++ extension is not built ({_EXT_ERROR}); reinstall the package")
     bindings = [(kind, scalars[at] if kind == 2 else at) for kind, at in _binding_template(artifact)]
@@ -385,30 +407,109 @@ def _binding_template(artifact) -> tuple[tuple[int, int | str], ...]:
     return tuple(out)
 
 
-@lru_cache(maxsize=1024)
-def _cuda_plan(artifact) -> tuple[tuple[str, ...], tuple[int, int, int]]:
-    """Per artifact, what every launch repeats: the scalars' order and the block."""
-    return tuple(name for kind, name in _binding_template(artifact) if kind == 2), artifact.threads_per_group
+class _CudaPlan:
+    """Everything a CUDA call repeats for arrays of the same shapes and dtypes: the casts
+    and reshapes of x and the residual, and MLX's precompiled-kernel arguments but the
+    inputs. The op builds one per call it checks, and keeps it (see _plan_key) so that
+    the next such call skips the checks and derivations - an eager call's host time."""
+
+    def __init__(self, artifact, x_cast, x_shape, res_cast, res_shape, out_dtype, rows, cols, scalars, lead, out_ns):
+        self.x_cast, self.x_shape, self.res_cast, self.res_shape = x_cast, x_shape, res_cast, res_shape
+        self.out_shapes = None if len(lead) == 1 else [(*lead, n) for n in out_ns]
+        names = tuple(name for kind, name in _binding_template(artifact) if kind == 2)
+        (tx, ty, tz), (gx, gy, gz) = artifact.threads_per_group, artifact.grid(rows, cols)
+        # the artifact as a fatbin / cubin through MLX's precompiled-kernel op (inputs,
+        # outputs, then scalars; the grid is given in threads)
+        self.kwargs = dict(
+            name=artifact.entry,
+            compiled_source=cuda_runtime.ptx(artifact),
+            output_shapes=[(rows, n) for n in out_ns],
+            output_dtypes=[out_dtype] * len(out_ns),
+            scalars=[scalars[name] for name in names],
+            grid=(gx * tx, gy * ty, gz * tz),
+            threadgroup=(tx, ty, tz),
+            shared_memory=artifact.dynamic_shared,
+            ensure_row_contiguous=True,
+        )
+
+    def inputs(self, x, weights, biases, residual) -> list[mx.array]:
+        if self.x_cast is not None:
+            x = x.astype(self.x_cast)
+        if self.x_shape is not None:
+            x = x.reshape(self.x_shape)
+        inputs = [x]
+        for w, b in zip(weights, biases):
+            if isinstance(w, QuantizedWeight):
+                inputs += (w.w, w.scales, w.biases)
+            else:
+                inputs.append(w)
+            if b is not None:
+                inputs.append(b)
+        if residual is not None:
+            if self.res_cast is not None:
+                residual = residual.astype(self.res_cast)
+            if self.res_shape is not None:
+                residual = residual.reshape(self.res_shape)
+            inputs.append(residual)
+        return inputs
+
+    def launch(self, inputs: list[mx.array], stream) -> list[mx.array]:
+        return mx.fast.precompiled_cuda_kernel(inputs=inputs, stream=stream, **self.kwargs)
+
+    def shaped(self, outs: list[mx.array]) -> list[mx.array]:
+        return outs if self.out_shapes is None else [o.reshape(sh) for o, sh in zip(outs, self.out_shapes)]
+
+    def run(self, x, weights, biases, residual, stream) -> list[mx.array]:
+        return self.shaped(self.launch(self.inputs(x, weights, biases, residual), stream))
 
 
-def _launch_cuda(artifact, inputs, scalars, rows, cols, out_ns, out_dtype, stream) -> list[mx.array]:
-    """The CUDA artifact as a cubin through MLX's precompiled-kernel op (inputs,
-    outputs, then scalars; the grid is given in threads)."""
-    names, (tx, ty, tz) = _cuda_plan(artifact)
-    gx, gy, gz = artifact.grid(rows, cols)
-    return mx.fast.precompiled_cuda_kernel(
-        name=artifact.entry,
-        compiled_source=cuda_runtime.ptx(artifact),
-        inputs=inputs,
-        output_shapes=[(rows, n) for n in out_ns],
-        output_dtypes=[out_dtype] * len(out_ns),
-        scalars=[scalars[name] for name in names],
-        grid=(gx * tx, gy * ty, gz * tz),
-        threadgroup=(tx, ty, tz),
-        shared_memory=artifact.dynamic_shared,
-        ensure_row_contiguous=True,
-        stream=stream,
-    )
+def _cuda_plan_of(artifact, x, residual, out_dtype, rows, cols, scalars, lead, out_ns) -> _CudaPlan:
+    """The plan of a checked call, from its original x and residual."""
+    K = x.shape[-1]
+    x_cast = out_dtype if x.dtype != out_dtype else None
+    x_shape = (rows, K) if len(lead) != 1 else None
+    res_cast = res_shape = None
+    if residual is not None:
+        res_cast = out_dtype if residual.dtype != out_dtype else None
+        res_shape = (rows, out_ns[0]) if len(lead) != 1 else None
+    return _CudaPlan(artifact, x_cast, x_shape, res_cast, res_shape, out_dtype, rows, cols, scalars, lead, out_ns)
+
+
+_PLANS: dict[tuple, _CudaPlan] = {}
+_per_call_settings = raw_settings("MLX_METILE_CUDA_GRADIENTS", "MLX_METILE_CUDA_MAX_ROWS")
+_PLANS_LIMIT = 4096
+
+
+def _plan_key(op, x, weights, biases, epilogue, residual) -> tuple | None:
+    """What a call's checks and plan depend on besides its arrays' data: the shapes and
+    dtypes of every array, the quantization settings, the default device and the two
+    settings read per call; None for arguments the full path must look at (and reject)."""
+    if type(x) is not mx.array or type(weights) is not list or type(biases) is not list:
+        return None
+    # the default device's type picks the backend (a Device itself hashes by identity)
+    key = [op, epilogue, x.shape, x.dtype, mx.default_device().type]
+    key.append(_per_call_settings())
+    for w in weights:
+        if type(w) is QuantizedWeight:
+            key.append(w.signature)
+        elif type(w) is mx.array:
+            key.append((w.shape, w.dtype))
+        else:
+            return None
+    for b in biases:
+        if b is not None and type(b) is not mx.array:
+            return None
+        key.append(None if b is None else (b.shape, b.dtype))
+    if residual is not None and type(residual) is not mx.array:
+        return None
+    key.append(None if residual is None else (residual.shape, residual.dtype))
+    return tuple(key)
+
+
+def clear_kernel_caches() -> None:
+    """Forget compiled kernels and call plans (after changing MLX_METILE_CUDA_* settings)."""
+    _compiled.cache_clear()
+    _PLANS.clear()
 
 
 def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None, *, stream: StreamLike = None) -> mx.array:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from mlx_metile.envvars import getenv
+from mlx_metile.envvars import getenv, raw_settings
 
 
 def test_getenv_follows_os_environ(monkeypatch):
@@ -17,3 +17,17 @@ def test_getenv_follows_os_environ(monkeypatch):
     assert getenv(name) == "ü8"
     monkeypatch.delenv(name)
     assert getenv(name) == ""
+
+
+def test_raw_settings_change_when_os_environ_does(monkeypatch):
+    """raw_settings keys caches: equal while the settings are, different after a change."""
+    a, b = "MLX_METILE_TEST_A", "MLX_METILE_TEST_B"
+    monkeypatch.delenv(a, raising=False)
+    monkeypatch.setenv(b, "1")
+    current = raw_settings(a, b)
+    before = current()
+    assert before == current() and before[0] is None
+    monkeypatch.setenv(a, "2")
+    assert current() != before
+    monkeypatch.delenv(a)
+    assert current() == before

@@ -55,7 +55,9 @@ def host_source(source: str, dynamic_shared: int = 0) -> str:
     if dynamic.search(text):
         if dynamic_shared <= 0:
             raise CudaEmulationError("the kernel declares dynamic shared memory but no size was given")
-        text = dynamic.sub(lambda m: f"__shared__ {m.group(1) or ''}unsigned char {m.group(2)}[{dynamic_shared}];", text)
+        text = dynamic.sub(
+            lambda m: f"__shared__ {m.group(1) or ''}unsigned char {m.group(2)}[{dynamic_shared}];", text
+        )
 
     def replace(m: re.Match) -> str:
         for marker, statement in _ASM_REPLACEMENTS:

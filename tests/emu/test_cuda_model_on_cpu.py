@@ -46,10 +46,10 @@ def cuda_on_cpu(monkeypatch):
     monkeypatch.setattr(ops, "_backend", lambda stream: "cuda")
     monkeypatch.setattr(cuda_runtime, "ptx", binary)
     monkeypatch.setattr(mx.fast, "precompiled_cuda_kernel", precompiled_cuda_kernel)
-    ops._compiled.cache_clear()
+    ops.clear_kernel_caches()
     compile_projection.cache_clear()  # no kernel compiled under another test's settings
     yield launches
-    ops._compiled.cache_clear()
+    ops.clear_kernel_caches()
     compile_projection.cache_clear()
 
 

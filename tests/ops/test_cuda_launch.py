@@ -29,9 +29,9 @@ def fake_cuda(monkeypatch):
     monkeypatch.setattr(ops, "_backend", lambda stream: "cuda")
     monkeypatch.setattr(mx.fast, "precompiled_cuda_kernel", precompiled_cuda_kernel)
     monkeypatch.setattr(cuda_runtime, "ptx", lambda artifact, arch=None: b"PTX:" + artifact.entry.encode())
-    ops._compiled.cache_clear()
+    ops.clear_kernel_caches()
     yield calls
-    ops._compiled.cache_clear()
+    ops.clear_kernel_caches()
 
 
 def test_swiglu_launch_arguments(fake_cuda):
@@ -122,3 +122,50 @@ def test_gradients_are_opt_in(fake_cuda, monkeypatch):
     monkeypatch.setenv("MLX_METILE_CUDA_GRADIENTS", "1")
     got = mx.grad(loss)(x)
     np.testing.assert_allclose(np.array(got), np.array(cot @ w), rtol=1e-6, atol=1e-6)
+
+
+def test_repeated_calls_reuse_their_plan_and_still_check_new_shapes(fake_cuda, monkeypatch):
+    """A call like an earlier one (same shapes, dtypes and settings) launches with that
+    call's arguments and its own arrays, without re-checking; a new shape, dtype or
+    setting takes the full path - which still rejects bad arguments."""
+    k, n = 128, 24
+    w = rand((n, k), mx.float16, 2, 0.1)
+    bias = rand((n,), mx.float16, 3)
+    xs = [rand((2, 3, k), mx.float16, s) for s in (4, 5)]
+    outs = [mt.linear(x, w, bias) for x in xs]
+    assert len(ops._PLANS) == 1 and len(fake_cuda) == 2
+    first, second = fake_cuda
+    assert {a: v for a, v in first.items() if a != "inputs"} == {a: v for a, v in second.items() if a != "inputs"}
+    assert second["inputs"][1] is w and second["inputs"][2] is bias
+    assert np.array_equal(np.array(second["inputs"][0]), np.array(xs[1].reshape(6, k)))  # x flattened to rows
+    assert all(y.shape == (2, 3, n) for y in outs)
+    mt.linear(xs[0].astype(mx.float32), w, bias)  # new dtype: a second plan, x in f32 (MLX's promotion)
+    assert len(ops._PLANS) == 2 and fake_cuda[-1]["output_dtypes"] == [mx.float32]
+    with pytest.raises(ValueError, match="bias: expected shape"):
+        mt.linear(xs[0], w, bias[:-1])
+    with mt.trace() as t:  # traced calls take the full path, which records them
+        mt.linear(xs[0], w, bias)
+    assert [r.backend for r in t.records] == ["cuda"]
+    monkeypatch.setenv("MLX_METILE_CUDA_MAX_ROWS", "4")  # settings read per call still apply
+    calls = len(fake_cuda)
+    mt.linear(xs[0], w, bias)
+    assert len(fake_cuda) == calls  # 6 rows > 4: stock MLX
+    ops.clear_kernel_caches()
+    assert not ops._PLANS
+
+
+def test_quantized_calls_reuse_their_plan_with_their_own_weights(fake_cuda):
+    """Two quantized weights of one format and shape share a plan; each call launches
+    with its own packed weights, scales and biases. A QuantizedWeight cannot be
+    changed in place (a plan keyed by its shapes would then be wrong for it)."""
+    k, n = 256, 32
+    x = rand((1, k), mx.bfloat16, 1)
+    qs = [mx.quantize(rand((n, k), mx.bfloat16, s, 0.1), group_size=64, bits=4) for s in (2, 3)]
+    for q in qs:
+        mt.quantized_linear(x, *q, group_size=64, bits=4)
+    assert len(ops._PLANS) == 1
+    for kw, q in zip(fake_cuda, qs):
+        assert all(a is b for a, b in zip(kw["inputs"][1:], q))
+    qw = mt.QuantizedWeight(*qs[0], 64, 4)
+    with pytest.raises(AttributeError, match="immutable"):
+        qw.w = qs[1][0]
