@@ -207,8 +207,10 @@ def _project(
     stream: StreamLike,
 ) -> list[mx.array]:
     plannable = stream is None and not tracing()  # (explicit streams and traced calls take the full path)
+    key = None
     if plannable and _PLANS:
-        plan = _PLANS.get(_plan_key(op, x, weights, biases, epilogue, residual))
+        key = _plan_key(op, x, weights, biases, epilogue, residual)
+        plan = _PLANS.get(key)
         if plan is not None:  # a call like one already checked and planned: only its arrays differ
             return plan.run(x, weights, biases, residual, None)
     x_in, residual_in = x, residual
@@ -311,7 +313,8 @@ def _project(
             outs = plan.shaped(outs)
         else:
             outs = plan.run(x_in, weights, biases, residual_in, None if stream is None else s)  # as a planned call
-            key = _plan_key(op, x_in, weights, biases, epilogue, residual_in) if plannable else None
+            if plannable and key is None:  # (not computed above while no plan existed)
+                key = _plan_key(op, x_in, weights, biases, epilogue, residual_in)
             if key is not None:
                 if len(_PLANS) >= _PLANS_LIMIT:
                     _PLANS.clear()
@@ -476,13 +479,13 @@ def _cuda_plan_of(artifact, x, residual, out_dtype, rows, cols, scalars, lead, o
 
 
 _PLANS: dict[tuple, _CudaPlan] = {}
-_per_call_settings = raw_settings("MLX_METILE_CUDA_GRADIENTS", "MLX_METILE_CUDA_MAX_ROWS")
 _PLANS_LIMIT = 4096
+_per_call_settings = raw_settings("MLX_METILE_CUDA_GRADIENTS", "MLX_METILE_CUDA_MAX_ROWS")
 
 
 def _plan_key(op, x, weights, biases, epilogue, residual) -> tuple | None:
     """What a call's checks and plan depend on besides its arrays' data: the shapes and
-    dtypes of every array, the quantization settings, the default device and the two
+    dtypes of every array, the quantization settings, the default device's type and the two
     settings read per call; None for arguments the full path must look at (and reject)."""
     if type(x) is not mx.array or type(weights) is not list or type(biases) is not list:
         return None

@@ -343,8 +343,7 @@ class StagedMMALowering(MMALowering):
         self.use_helper("cuda_cp_async")
         s, stages, groups = self.s, self.stages, self.groups
         ring_bytes = self.ring_bytes = max(s.SG * stages * self.slot, self.red_bytes(nacc))
-        if ring_bytes > SMEM_LIMIT:  # over what a kernel may declare: sized at launch
-            self.dynamic_shared = ring_bytes
+        if ring_bytes > SMEM_LIMIT:  # over what a kernel may declare: sized at launch (see lower)
             ring = "extern __shared__ __align__(16) unsigned char metile_ring[];"
         else:
             ring = f"__shared__ __align__(16) unsigned char metile_ring[{ring_bytes}];"
@@ -387,12 +386,11 @@ class StagedMMALowering(MMALowering):
         )
 
     def lower(self):
-        self.dynamic_shared = 0
         kernel = super().lower()
         # no more blocks per SM asked for (capping registers) than the rings let share one
         fit = max(1, SM_SHARED // (self.ring_bytes + 1024))  # the driver keeps 1 KB a block
         kernel.min_groups = min(mma_setting("minblocks", self.s.BM), fit)
-        kernel.dynamic_shared = self.dynamic_shared
+        kernel.dynamic_shared = self.ring_bytes if self.ring_bytes > SMEM_LIMIT else 0
         return kernel
 
     def red_bytes(self, nacc: int) -> int:
