@@ -146,6 +146,24 @@ def _wide_outputs(arr, check, results) -> None:
         _quantized_rows(arr, check, results, SHORT_K, N, mx.bfloat16, bits, (1, 3, 8, 9, 16, 17, 32), f"N={N}")
 
 
+def _spread_outputs(arr, check, results) -> None:
+    """Outputs of at most SPREAD_COLUMNS columns (with a tail) over K = SPREAD_K: the
+    SPREAD layout on CUDA (one tile, K over 8 or 16 warps), at every row bucket."""
+    from mlx_metile.compiler.lower_mma_staged import SPREAD_K
+
+    N, rows_list = 1000, (1, 3, 8, 9, 16, 17, 32)
+    for bits in (4, 8):
+        _quantized_rows(arr, check, results, SPREAD_K, N, mx.bfloat16, bits, rows_list, f"K={SPREAD_K}")
+    w = arr((N, SPREAD_K), mx.bfloat16, 0.05)
+    xs = arr((MAX_ROWS_CHECKED, SPREAD_K), mx.bfloat16)
+    alone = _alone(lambda x: mt.linear(x, w), xs)
+    for rows in rows_list:
+        y = mt.linear(xs[:rows], w)
+        name = f"linear K={SPREAD_K} bf16 rows={rows}"
+        check(name, y, f64(xs[:rows]) @ f64(w).T, f64(xs[:rows]), f64(w), mx.bfloat16)
+        _invariance(results, name, _not_invariant(y, alone, rows), rows)
+
+
 def _quantized_fusions(arr, check, results, quick: bool) -> None:
     """Epilogues on quantized weights (the tensor-core schedule on CUDA): SwiGLU,
     residual, bias + GELU, against float64 and row by row against rows alone."""
@@ -307,6 +325,7 @@ def _correctness(quick: bool) -> dict:
                     _invariance(results, f"int{bits} g{group} {dtype}", _not_invariant(y, alone, rows), rows)
     _odd_group_count(arr, check, results)
     _wide_outputs(arr, check, results)
+    _spread_outputs(arr, check, results)
     _quantized_fusions(arr, check, results, quick)
     # fused variants, bf16
     dtype = mx.bfloat16

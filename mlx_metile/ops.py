@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import mlx.core as mx
 
-from .compiler.lower_mma_staged import one_tile
+from .compiler.lower_mma_staged import column_layout
 from .compiler.schedule import row_bucket
 from .envvars import getenv, raw_settings
 from .gradients import differentiable
@@ -160,11 +160,11 @@ def _compiled(
     k_multiple: int,
     bucket: int,
     target: str,
-    single_tile: bool = False,
+    layout: int = 0,
 ) -> tuple[ProjectionSpec, object]:
     """Spec and artifact for hashable primitives: the per-call cache lookup."""
     spec = ProjectionSpec(act, formats, epilogue, residual, k_multiple=k_multiple)
-    return spec, compile_projection(spec, bucket, target, single_tile)
+    return spec, compile_projection(spec, bucket, target, layout)
 
 
 @lru_cache(maxsize=64)
@@ -296,8 +296,8 @@ def _project(
     # CUDA: up to 256, so the mma schedule knows when K holds whole multiples of 4 groups (aligned K split)
     k_multiple = math.gcd(K, 256 if target == "cuda" else 64)
     cols = Ns[0] if epilogue == "swiglu" else sum(Ns)
-    tile1 = target == "cuda" and one_tile(cols, K)
-    _, artifact = _compiled(act, formats, epilogue, residual is not None, k_multiple, row_bucket(rows), target, tile1)
+    layout = column_layout(cols, K) if target == "cuda" else 0
+    _, artifact = _compiled(act, formats, epilogue, residual is not None, k_multiple, row_bucket(rows), target, layout)
     scalars = {"M": rows, "K": K, **{f"N{i}": n for i, n in enumerate(Ns)}}
     out_ns = [Ns[0]] if single else Ns
     if backend == "cuda":

@@ -24,8 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.cuda_probe import diagnostics  # noqa: E402
 from bench.settings import apply_cuda_settings  # noqa: E402
-from mlx_metile.compiler.lower_mma_staged import one_tile  # noqa: E402
+from mlx_metile.compiler.lower_mma_staged import column_layout  # noqa: E402
 from mlx_metile.compiler.schedule import row_bucket  # noqa: E402
 from mlx_metile.runtime import compile_projection  # noqa: E402
 from mlx_metile.spec import ProjectionSpec, WeightFormat  # noqa: E402
@@ -149,12 +150,18 @@ def main() -> None:
     sources, variants = [], []
     for vi, text in enumerate(args.variant):
         name, _, settings = text.partition("=")
-        apply_cuda_settings(settings)
+        # HACK=nox,nomath: diagnostic rewrites of the source (diagnostics.py), not settings
+        hacks = ",".join(a.partition("=")[2] for a in settings.split(";") if a.startswith("HACK="))
+        apply_cuda_settings(";".join(a for a in settings.split(";") if not a.startswith("HACK=")))
         for bucket in sorted({row_bucket(r) for r in rows}):  # as the op picks kernels
-            art = compile_projection(spec, bucket, "cuda", one_tile(N, K))  # as the op does
+            art = compile_projection(spec, bucket, "cuda", column_layout(N, K))  # as the op does
             entry = f"{art.entry}_v{vi}_b{bucket}"  # extern "C": unique across namespaces
             # each variant in its own namespace: their helpers share names
-            body_src = art.source.replace("#include <cuda_fp16.h>", "").replace("#include <cuda_bf16.h>", "")
+            body_src = (
+                diagnostics.apply(hacks, art.source)
+                .replace("#include <cuda_fp16.h>", "")
+                .replace("#include <cuda_bf16.h>", "")
+            )
             sources.append(f"namespace v{vi}_{bucket} {{\n{body_src.replace(art.entry, entry)}\n}}")
             entry = f"v{vi}_{bucket}::{entry}"
             params = art.params

@@ -18,57 +18,33 @@ from pathlib import Path
 HARNESS = Path(__file__).with_name("generated_harness.py")
 E = "MLX_METILE_CUDA_MMA_"
 
-# name: (harness arguments, variants); the first variant is each file's default and reference.
-# The questions of session 6, all answered in bench/results/h200-ab-2026-11-29-session6.json
-# (earlier ones in -session4 and -session5): interleaved K stages (IL), register caps at 16-32
-# rows (MB: 2 blocks per SM at 32 rows became the default), and rings over 48 KB (BIG), on every
-# benchmark shape and format, plus the gate/up kernel over K.
-
 
 def shape(fmt: str, k: int, n: int, pool: int) -> list[str]:
     return ["--format", fmt, "--epilogue", "none", "--k", str(k), "--n", str(n), "--pool", str(pool)]
 
 
-# il: MLX_METILE_CUDA_MMA_INTERLEAVE=1, warp w taking stages w, w + W, ..., so that a block's
-# warps copy adjacent runs of each column
-IL = ["default=", f"il={E}INTERLEAVE=1"]
-# mbN = MLX_METILE_CUDA_MMA_MINBLOCKS=N at 16 and 32 rows, where the uncapped kernels hold
-# 127-255 registers: 2-3 blocks per SM
-MB = ["default=", f"mb2={E}MINBLOCKS=2", f"mb3={E}MINBLOCKS=3"]
-# Rings over 48 KB (dynamic shared memory, which MLX does give a kernel - see
-# dynamic_smem.py): sN = MLX_METILE_CUDA_MMA_SMEM=N (KB), stN = STAGES, tN = TILES.
-BIG = {
-    "q4g64_4096x14336": ["default=", f"s96t4={E}SMEM=96;{E}TILES=4"],
-    "q4g64_gateup_fused": ["default=", f"s96={E}SMEM=96"],
-    "q4g64_14336x4096": ["default=", f"s80st8={E}SMEM=80;{E}STAGES=8"],
-    "q4g64_4096x4096": ["default=", f"s80st8={E}SMEM=80;{E}STAGES=8"],
-    "q8g64_4096x14336": ["default=", f"s80={E}SMEM=80", f"s80t4={E}SMEM=80;{E}TILES=4"],
-    "q8g64_gateup_fused": ["default=", f"s80={E}SMEM=80", f"s80t1={E}SMEM=80;{E}TILES=1"],
-    "bf16_4096x4096": ["default=", f"s56st3={E}SMEM=56;{E}STAGES=3", f"s74={E}SMEM=74"],
-    "bf16_4096x14336": ["default=", f"s74={E}SMEM=74", f"s74t1={E}SMEM=74;{E}TILES=1"],
-    "bf16_gateup_fused": ["default=", f"s74={E}SMEM=74"],
-}
+# name: (harness arguments, variants); the first variant is each file's default and reference.
+# The questions of session 7 (earlier sessions' suites and answers: bench/results/h200-ab-*.json).
+# Call 1: where a staged kernel's time goes (diagnostics.py: nox = x never loaded, nomath = the
+# ring's copies alone), and whether loading x a stage ahead pays. Call 2: deeper rings with fewer
+# warps per block or one column tile. Call 3 (below): on narrow products, whose grids leave an
+# SM 2 blocks, more warps per block splitting K (w8, w16; MINBLOCKS so their registers are not
+# capped for 4 blocks per SM), with 2 or 4 stages.
+WIDE_K = [
+    "default=",
+    "nomath=HACK=nomath",
+    f"w8={E}WARPS=8;{E}MINBLOCKS=2",
+    f"w8s4={E}WARPS=8;{E}STAGES=4;{E}SMEM=84;{E}MINBLOCKS=2",
+    f"w16={E}WARPS=16;{E}SMEM=84;{E}MINBLOCKS=1",
+]
+# Call 4: the same at 16 and 32 rows, where the kernels hold 150-255 registers (w8mb1: no cap)
+WIDE_K_ROWS = ["default=", f"w8={E}WARPS=8;{E}MINBLOCKS=2", f"w8mb1={E}WARPS=8;{E}MINBLOCKS=1", WIDE_K[-1]]
+# Call 5: the SPREAD layout these answers led to (lower_mma_staged.column_layout), as the new
+# default, against the warps it replaced (4 for 4/8-bit weights, 8 dense) on 8960 -> 1536.
+SPREAD = ["default=", f"w4={E}WARPS=4", f"w8={E}WARPS=8"]
 SUITE = {}
 for fmt, pool in (("q4g64", 32), ("q8g64", 16), ("bf16", 8)):
-    gateup = ["--format", fmt, "--pool", str(pool // 4)]
-    SUITE[f"{fmt}_gateup_fused"] = (gateup, IL)
-    SUITE[f"{fmt}_gateup_fused_mb"] = ([*gateup, "--rows", "16,32"], MB)
-    if f"{fmt}_gateup_fused" in BIG:
-        SUITE[f"{fmt}_gateup_fused_big"] = (gateup, BIG[f"{fmt}_gateup_fused"])
-    for k, n in ((4096, 4096), (4096, 14336), (14336, 4096), (1536, 8960), (8960, 1536)):
-        args = shape(fmt, k, n, pool * (4 if k * n < 2**25 else 1))
-        SUITE[f"{fmt}_{k}x{n}"] = (args, IL)
-        SUITE[f"{fmt}_{k}x{n}_mb"] = ([*args, "--rows", "16,32"], MB)
-        if f"{fmt}_{k}x{n}" in BIG:
-            SUITE[f"{fmt}_{k}x{n}_big"] = (args, BIG[f"{fmt}_{k}x{n}"])
-# The default gate/up kernel over K (with bench/cuda_probe/fixed_cost.cu: a line t = a + bytes / B
-# through these separates the fixed cost of a launch from the streaming rate).
-for fmt in ("q4g64", "q8g64"):
-    for k, pool in ((1024, 32), (2048, 16), (8192, 4), (16384, 3)):
-        SUITE[f"{fmt}_gateup_k{k}"] = (
-            ["--format", fmt, "--k", str(k), "--rows", "1,8", "--pool", str(pool)],
-            IL,
-        )
+    SUITE[f"{fmt}_8960x1536"] = ([*shape(fmt, 8960, 1536, pool * 4), "--rows", "1,8,16,32"], SPREAD)
 
 
 def main() -> int:

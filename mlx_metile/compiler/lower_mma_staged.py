@@ -100,18 +100,20 @@ def slot_bytes(spec: ProjectionSpec, tiles: int = 1) -> int:
     return ring_rows(spec, tiles) * (groups * chunk_bytes(spec) + PAD + 2 * groups * scale_bytes_of(spec))
 
 
-def ring_budget() -> int:
+def ring_budget(warps: int = 4) -> int:
     """Bytes of shared memory a block's rings may take: MLX_METILE_CUDA_MMA_SMEM (KB, 48-227),
-    else the 48 KB a kernel may declare statically. Rings over 48 KB are dynamic shared
-    memory, given at launch (MLX raises the kernel's limit at its first launch)."""
-    return (mma_override("smem") or SMEM_LIMIT // 1024) * 1024
+    else the 48 KB a kernel may declare statically, or SPREAD_SMEM for blocks of more than
+    8 warps (the spread layout). Rings over 48 KB are dynamic shared memory, given at
+    launch (MLX raises the kernel's limit at its first launch)."""
+    kb = mma_override("smem") or (SPREAD_SMEM if warps > DENSE_WARPS else SMEM_LIMIT // 1024)
+    return kb * 1024
 
 
 def ring_stages(spec: ProjectionSpec, warps: int, tiles: int = 1) -> int:
     """MLX_METILE_CUDA_MMA_STAGES (2..8), else MAX_STAGES; fewer while the
     block's rings exceed ring_budget()."""
     stages = mma_override("stages") or MAX_STAGES
-    while stages > 1 and warps * stages * slot_bytes(spec, tiles) > ring_budget():
+    while stages > 1 and warps * stages * slot_bytes(spec, tiles) > ring_budget(warps):
         stages -= 1
     return stages
 
@@ -125,18 +127,41 @@ NARROW_COLUMNS = 2 * TILE * 2 * 132
 SHORT_K = 4096
 
 
+# Column layouts of a product (one per weight shape, so for all its row buckets):
+# TILES: several tiles per block where the rings fit; ONE_TILE: narrow or shallow
+# products; SPREAD: outputs so narrow that the grid gives an SM at most one block, over a
+# long K: one tile, and K split over twice or four times the warps (8 for 4/8-bit
+# weights, 16 dense). H200, kernel alone (bench/results/h200-ab-2026-11-29-session7.json,
+# calls 3-4), 8960 -> 1536 (96 blocks): 1.06-1.34x at 1-16 rows and 1.00-1.16x at 32 rows
+# with the blocks per SM of MINBLOCKS scaled down to the warps; on 4096 and 14336 -> 4096
+# (256 blocks) 8 warps won at 1-16 rows only for 8-bit weights and lost at 32 rows.
+TILES, ONE_TILE, SPREAD = 0, 1, 2
+SMS = 132  # SMs of the H200
+SPREAD_COLUMNS = SMS * TILE
+SPREAD_K = 8192
+SPREAD_WARPS = 8
+SPREAD_SMEM = 84  # KB: 16 dense warps' rings of 2 stages, in dynamic shared memory
+
+
+def column_layout(columns: int, k: int) -> int:
+    """The layout (TILES, ONE_TILE or SPREAD) of a product of `columns` output columns over `k`."""
+    if columns <= SPREAD_COLUMNS and k >= SPREAD_K:
+        return SPREAD
+    return ONE_TILE if columns < NARROW_COLUMNS or k < SHORT_K else TILES
+
+
 def one_tile(columns: int, k: int) -> bool:
     """Whether a product of `columns` output columns over `k` keeps one tile per block."""
-    return columns < NARROW_COLUMNS or k < SHORT_K
+    return column_layout(columns, k) != TILES
 
 
-def staged_max_tiles(spec: ProjectionSpec, warps: int, one: bool = False) -> int:
-    """The most 16-column tiles per block: 1 when `one` (see one_tile); on the staged
-    ring, the most whose rings still fit 2 stages; 1 on the direct loads (4 when
+def staged_max_tiles(spec: ProjectionSpec, warps: int, layout: int = TILES) -> int:
+    """The most 16-column tiles per block: 1 in the ONE_TILE and SPREAD layouts; on the
+    staged ring, the most whose rings still fit 2 stages; 1 on the direct loads (4 when
     MLX_METILE_CUDA_MMA_TILES is set: the direct loads' tuning knob)."""
     if not stageable(spec):
         return 4 if mma_override("tiles") is not None else 1
-    if one:
+    if layout != TILES:
         return 1
     tiles = 4
     while tiles > 1 and ring_stages(spec, warps, tiles) < 2:
@@ -144,21 +169,26 @@ def staged_max_tiles(spec: ProjectionSpec, warps: int, one: bool = False) -> int
     return tiles
 
 
-def mma_warps(spec: ProjectionSpec) -> int:
+def mma_warps(spec: ProjectionSpec, layout: int = TILES) -> int:
     """Warps per block splitting K (a property of the spec: part of every row's sum
     order): MLX_METILE_CUDA_MMA_WARPS, else 8 for dense weights on the staged ring
     where 8 rings of 2 stages fit shared memory, else lower_mma's 4. H200, kernel
     alone (bench/results/h200-ab-2026-11-29-session5.json): 8 warps beat 4 by 2-30%
     on bf16 4096->4096, 4096->14336, 14336->4096 and 8960->1536 at 1-16 rows, lost
     7-10% on 1536->8960 (K too short for 8 warps' rings, won at 32 rows); for 4-bit
-    weights 8 warps measured slower on every shape tried."""
+    weights 8 warps measured slower on every shape tried. The SPREAD layout (see
+    column_layout) doubles them where the staged rings of 2 stages still fit."""
     value = mma_override("warps")
     if value is not None:
         return value
     dense_staged = not spec.weights[0].quantized and dense_mode() == "staged"
-    if dense_staged and DENSE_WARPS * 2 * slot_bytes(spec) <= ring_budget():
-        return DENSE_WARPS
-    return mma_setting("warps")
+    warps = mma_setting("warps")
+    if dense_staged and DENSE_WARPS * 2 * slot_bytes(spec) <= ring_budget(DENSE_WARPS):
+        warps = DENSE_WARPS
+    wider = 2 * warps if dense_staged else SPREAD_WARPS
+    if layout == SPREAD and stageable(spec) and wider * 2 * slot_bytes(spec) <= ring_budget(wider):
+        return wider
+    return warps
 
 
 def stageable(spec: ProjectionSpec) -> bool:
@@ -389,7 +419,11 @@ class StagedMMALowering(MMALowering):
         kernel = super().lower()
         # no more blocks per SM asked for (capping registers) than the rings let share one
         fit = max(1, SM_SHARED // (self.ring_bytes + 1024))  # the driver keeps 1 KB a block
-        kernel.min_groups = min(mma_setting("minblocks", self.s.BM), fit)
+        blocks = mma_setting("minblocks", self.s.BM)
+        usual = mma_warps(self.spec)
+        if self.s.SG > usual and blocks:  # more warps (SPREAD): as many warps per SM, not blocks
+            blocks = max(1, blocks * usual // self.s.SG)
+        kernel.min_groups = min(blocks, fit)
         kernel.dynamic_shared = self.ring_bytes if self.ring_bytes > SMEM_LIMIT else 0
         return kernel
 

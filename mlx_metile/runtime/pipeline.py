@@ -19,15 +19,16 @@ from .debug import dump
 
 
 @lru_cache(maxsize=512)
-def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "msl", one_tile: bool = False) -> Artifact:
-    """The kernel of `spec` for calls of up to `rows_bucket` rows on `target`; `one_tile`
-    (CUDA: a narrow or shallow product, lower_mma_staged.one_tile) keeps one column tile
-    per block, so that narrow outputs still spread over the GPU."""
+def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "msl", layout: int = 0) -> Artifact:
+    """The kernel of `spec` for calls of up to `rows_bucket` rows on `target`; `layout`
+    (CUDA: lower_mma_staged.column_layout of the weight's shape, the same for all row
+    buckets; 0 several column tiles per block, 1 (or True) one tile, so that narrow
+    outputs still spread over the GPU, 2 one tile and K split over more warps)."""
     if target not in RENDERERS:
         raise ValueError(f"unknown target {target!r}; known: {sorted(RENDERERS)}")
     program = projection_program(spec)
     mma = target == "cuda" and tensor_cores() and mma_supported(spec)
-    warps = mma_warps(spec) if mma else 0
+    warps = mma_warps(spec, int(layout)) if mma else 0
     schedule = choose(
         rows_bucket,
         spec.accumulators,
@@ -38,7 +39,7 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
         target,
         mma_chunk(spec) if mma else 0,
         warps,
-        staged_max_tiles(spec, warps, one_tile) if mma else 4,
+        staged_max_tiles(spec, warps, int(layout)) if mma else 4,
     )
     bound = bind_meta(program, schedule.meta())
     verify(bound)

@@ -159,6 +159,31 @@ def test_two_column_tiles_give_the_bits_of_one(monkeypatch):
             assert all(np.array_equal(a, b) for a, b in zip(two, one)), (spec.name(), bucket)
 
 
+SPREAD_CASES = [  # (spec, K, N, warps): the SPREAD layout of very narrow, deep products
+    (ProjectionSpec("bf16", (q4,), k_multiple=256), 2048, 24, 8),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),), k_multiple=256), 2048, 16, 8),
+    (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 1024, 24, 16),
+]
+
+
+@pytest.mark.parametrize("spec,K,N,warps", SPREAD_CASES, ids=[c[0].name() for c in SPREAD_CASES])
+def test_spread_layout_splits_k_over_more_warps_and_stays_row_invariant(spec, K, N, warps):
+    """lower_mma_staged.SPREAD: one tile, K over 8 (4/8-bit) or 16 (dense) warps in every row
+    bucket, within tolerance and with row 0's bits the same alone and among 3, 16 and 32 rows."""
+    from mlx_metile.compiler.lower_mma_staged import SPREAD
+
+    case = Case(spec, K, N, rows=20)
+    for bucket in (8, 16, 32):
+        art = compile_projection(spec, bucket, "cuda", SPREAD)
+        assert (art.schedule.SG, art.schedule.BN) == (warps, 16), art.schedule.describe()
+        assert "metile_cp16" in art.source, "the spread layout keeps the staged ring"
+    alone = case.run(8, 1, SPREAD)
+    for bucket, rows in ((8, 3), (16, 16), (32, 20)):
+        got = case.run(bucket, rows, SPREAD)
+        case.check(got, rows, f"{spec.name()} spread rows={rows}")
+        assert all(np.array_equal(y[:1], y1) for y, y1 in zip(got, alone)), f"{spec.name()}: row 0 differs"
+
+
 VARIANTS = [  # (spec, K, N, settings): epilogues, bias and residual, scales dtypes, the non-default paths
     (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 128, True, "bf16"),), "gelu", True, k_multiple=256), 512, 40, {}),
     (ProjectionSpec("bf16", (WeightFormat("f32", 8, 128, True, "f32"),), "silu", k_multiple=256), 512, 32, {}),

@@ -1,0 +1,46 @@
+"""Diagnostic rewrites of a generated staged kernel's source, for the A/B harness only:
+each removes one part of the work, so that timing the rest shows what that part costs.
+Their outputs are wrong by design (the harness reports how wrong in rel_diff); nothing
+outside bench/cuda_probe uses them.
+
+    nox     x is never loaded: every x value a constant (the weights stream, the math runs)
+    nomath  each stage's copies are issued and waited for, nothing else: the ring alone
+"""
+
+from __future__ import annotations
+
+import re
+
+X_LOAD = re.compile(r"\(xok\d+\) \? \*reinterpret_cast<const uint4\*>\([^;]*?\) : make_uint4\(0u, 0u, 0u, 0u\)")
+SLOT = re.compile(r"const unsigned char\* const slot = ring \+ rd \* \d+;")
+RING = re.compile(r"int rd = 0, wr = (\d+);")
+
+
+def no_x(source: str) -> str:
+    out, n = X_LOAD.subn("make_uint4(0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u)", source)
+    if not n:
+        raise ValueError("nox: no x loads found in the kernel")
+    return out
+
+
+def no_math(source: str) -> str:
+    ring = RING.search(source)
+    if ring is None or not SLOT.search(source):
+        raise ValueError("nomath: not a staged kernel (no ring)")
+    stages = int(ring.group(1)) + 1
+    skip = (
+        f"{{ rd = rd + 1 == {stages} ? 0 : rd + 1; wr = wr + 1 == {stages} ? 0 : wr + 1; continue; }}\n"
+        "const unsigned char* const slot = ring;"
+    )
+    return SLOT.sub(skip, source, count=1)
+
+
+HACKS = {"nox": no_x, "nomath": no_math}
+
+
+def apply(names: str, source: str) -> str:
+    for name in filter(None, names.split(",")):
+        if name not in HACKS:
+            raise ValueError(f"unknown diagnostic {name!r}; known: {sorted(HACKS)}")
+        source = HACKS[name](source)
+    return source
