@@ -146,14 +146,16 @@ def _wide_outputs(arr, check, results) -> None:
         _quantized_rows(arr, check, results, SHORT_K, N, mx.bfloat16, bits, (1, 3, 8, 9, 16, 17, 32), f"N={N}")
 
 
-def _spread_outputs(arr, check, results) -> None:
-    """Outputs of at most SPREAD_COLUMNS columns (with a tail) over K = SPREAD_K: the
-    SPREAD layout on CUDA (one tile, K over 8 or 16 warps), at every row bucket."""
-    from mlx_metile.compiler.lower_mma_staged import SPREAD_K
+def _narrow_deep_outputs(arr, check, results) -> None:
+    """1000 output columns (at most SPREAD_COLUMNS, with a tail) over K = SPREAD_K (the SPREAD
+    layout on CUDA: K over 8 or 16 warps) and K = SHORT_K (DEEP: 8-bit weights in 8 K ranges,
+    two per warp at 16-32 rows), at every row bucket."""
+    from mlx_metile.compiler.lower_mma_staged import SHORT_K, SPREAD_K
 
     N, rows_list = 1000, (1, 3, 8, 9, 16, 17, 32)
-    for bits in (4, 8):
-        _quantized_rows(arr, check, results, SPREAD_K, N, mx.bfloat16, bits, rows_list, f"K={SPREAD_K}")
+    for K in (SPREAD_K, SHORT_K):
+        for bits in (4, 8):
+            _quantized_rows(arr, check, results, K, N, mx.bfloat16, bits, rows_list, f"K={K}")
     w = arr((N, SPREAD_K), mx.bfloat16, 0.05)
     xs = arr((MAX_ROWS_CHECKED, SPREAD_K), mx.bfloat16)
     alone = _alone(lambda x: mt.linear(x, w), xs)
@@ -325,7 +327,7 @@ def _correctness(quick: bool) -> dict:
                     _invariance(results, f"int{bits} g{group} {dtype}", _not_invariant(y, alone, rows), rows)
     _odd_group_count(arr, check, results)
     _wide_outputs(arr, check, results)
-    _spread_outputs(arr, check, results)
+    _narrow_deep_outputs(arr, check, results)
     _quantized_fusions(arr, check, results, quick)
     # fused variants, bf16
     dtype = mx.bfloat16

@@ -42,9 +42,22 @@ WIDE_K_ROWS = ["default=", f"w8={E}WARPS=8;{E}MINBLOCKS=2", f"w8mb1={E}WARPS=8;{
 # Call 5: the SPREAD layout these answers led to (lower_mma_staged.column_layout), as the new
 # default, against the warps it replaced (4 for 4/8-bit weights, 8 dense) on 8960 -> 1536.
 SPREAD = ["default=", f"w4={E}WARPS=4", f"w8={E}WARPS=8"]
+# Call 6: the fused gate/up kernels fill 896 blocks of 4 warps (1.7 waves of 4 blocks per SM):
+# 2 warps per block with 2-3 stages (one wave), and 3 blocks per SM at 16 rows (mb3).
+GATEUP = [
+    "default=",
+    f"w2s2={E}WARPS=2;{E}TILES=1;{E}STAGES=2",
+    f"w2s3={E}WARPS=2;{E}TILES=1;{E}STAGES=3",
+    f"mb3={E}MINBLOCKS=3",
+]
+# Call 7: the DEEP layout (lower_mma_staged.column_layout: K in 8 ranges, 8 warps at up to 8
+# rows, 4 warps of two ranges each above) as the new default, against the 4 warps it replaced.
+DEEP = ["default=", f"w4={E}WARPS=4"]
 SUITE = {}
-for fmt, pool in (("q4g64", 32), ("q8g64", 16), ("bf16", 8)):
-    SUITE[f"{fmt}_8960x1536"] = ([*shape(fmt, 8960, 1536, pool * 4), "--rows", "1,8,16,32"], SPREAD)
+for fmt, pool in (("q4g64", 32), ("q8g64", 16)):
+    for k, n in ((4096, 4096), (14336, 4096), (4096, 1024)):
+        args = shape(fmt, k, n, pool * (4 if k * n < 2**25 else 1) * (4 if n < 2048 else 1))
+        SUITE[f"{fmt}_{k}x{n}"] = ([*args, "--rows", "1,8,16,32"], DEEP)
 
 
 def main() -> int:

@@ -106,20 +106,25 @@ def mma_setting(name: str, rows_bucket: int = 8) -> int:
     return value
 
 
-def mma_shape(rows_bucket: int, accumulators: int, warps: int | None = None, max_tiles: int = 4) -> tuple[int, int]:
+def mma_shape(
+    rows_bucket: int, accumulators: int, warps: int | None = None, max_tiles: int = 4, splits: int = 0
+) -> tuple[int, int]:
     """(warps, column tiles) per block: the settings (warps: the spec's, see
     lower_mma_staged.mma_warps; tiles at most `max_tiles`, what the staged rings
-    fit), tiles then warps halved while the warps' partial sums would overflow
-    static shared memory, or the partial sums a lane's registers."""
+    fit), tiles then warps halved while the partial sums of the K ranges (`splits`,
+    else one per warp) would overflow static shared memory, or the partial sums a
+    lane's registers. Warps of several K ranges each are never halved (the ranges
+    are the sum order)."""
     warps = warps or mma_setting("warps")
     tiles, rt = min(mma_setting("tiles", rows_bucket), max_tiles), rows_bucket // 8
+    several = splits > warps  # warps of several K ranges each
 
     def partial_bytes() -> int:
-        return warps * accumulators * tiles * rt * 4 * 32 * 4
+        return (splits if several else warps) * accumulators * tiles * rt * 4 * 32 * 4
 
     while tiles > 1 and (partial_bytes() > SMEM_LIMIT or tiles * rt * accumulators > MAX_PARTIALS):
         tiles //= 2
-    while warps > 1 and partial_bytes() > SMEM_LIMIT:
+    while warps > 1 and not several and partial_bytes() > SMEM_LIMIT:
         warps //= 2
     return warps, tiles
 
@@ -243,6 +248,9 @@ class MMALowering(_Lowering):
         self.wide = wide(spec)
         self.q8_split = q8_split(spec)
         self.tiles = schedule.BN // TILE
+        # K ranges (the sum order) and how many each warp takes, one after the other
+        self.splits = schedule.splits or schedule.SG
+        self.per_warp = self.splits // schedule.SG
         self.rt = schedule.BM // 8  # row tiles of 8
         self.ck = chunk_k(spec)
         self.quarter = self.ck // 4  # k per lane per chunk
@@ -508,18 +516,31 @@ class MMALowering(_Lowering):
     def k_split(self) -> list[str]:
         """C lines giving this warp's chunks [c_begin, c_end): contiguous ranges of
         equal length (a multiple of `align`), the last ones shorter or empty."""
-        s = self.s
+        v, p = self.splits, self.per_warp  # per_warp: chunks of one K range
         return [
             f"const int chunks = K / {self.ck};",
-            f"const int per_warp = (chunks + {s.SG * self.align - 1}) / {s.SG * self.align} * {self.align};",
-            "const int c_begin = warp * per_warp;",
-            "const int c_end = min(chunks, c_begin + per_warp);",
+            f"const int per_warp = (chunks + {v * self.align - 1}) / {v * self.align} * {self.align};",
+            f"const int c_begin = warp * {p} * per_warp;" if p > 1 else "const int c_begin = warp * per_warp;",
+            f"const int c_end = min(chunks, c_begin + {p} * per_warp);"
+            if p > 1
+            else "const int c_end = min(chunks, c_begin + per_warp);",
+        ]
+
+    def store_partials(self, nacc: int) -> list[str]:
+        """The warp's partial sums into `red` (one K range per warp here; see the staged ring)."""
+        if self.per_warp != 1:
+            raise LowerError(f"{self.p.name}: several K ranges per warp need the staged ring")
+        return [
+            f"red[warp][{j}][{tile}][{r}][{e}][threadIdx.x & 31] = part{j}[{tile}][{r}][{e}];"
+            for j in range(nacc)
+            for tile in range(self.tiles)
+            for r in range(self.rt)
+            for e in range(4)
         ]
 
     def reduction_buffer(self, body: list, nacc: int) -> None:
-        """`red[warp][acc][tile][row tile][element][lane]`: the warps' partial sums."""
-        s = self.s
-        body.append(Decl("f32", "red", None, dims=(s.SG, nacc, self.tiles, self.rt, 4, 32), shared=True))
+        """`red[range][acc][tile][row tile][element][lane]`: the K ranges' partial sums."""
+        body.append(Decl("f32", "red", None, dims=(self.splits, nacc, self.tiles, self.rt, 4, 32), shared=True))
 
     # -- the kernel -------------------------------------------------------------
     def lower(self) -> KernelDef:
@@ -555,15 +576,9 @@ class MMALowering(_Lowering):
         lines += self.k_loop(nacc, mma)
         body.append(Raw(lines))
 
-        # warps' partial sums, added in warp order; warp 0 finishes
+        # the K ranges' partial sums, added in range order; warp 0 finishes
         self.reduction_buffer(body, nacc)
-        store = []
-        for j in range(nacc):
-            for tile in range(tiles):
-                for r in range(rt):
-                    for e in range(4):
-                        store.append(f"red[warp][{j}][{tile}][{r}][{e}][threadIdx.x & 31] = part{j}[{tile}][{r}][{e}];")
-        body.append(Raw(store))
+        body.append(Raw(self.store_partials(nacc)))
         body.append(Barrier())
         finish = If("warp == 0")
         fscope = _Scope(finish.body, root, fence=True)
@@ -575,7 +590,9 @@ class MMALowering(_Lowering):
                     for e in range(4):
                         at = f"[{j}][{tile}][{r}][{e}][threadIdx.x & 31]"
                         sums.append(
-                            f"fin{j}[{tile}][{r}][{e}] = " + " + ".join(f"red[{w}]{at}" for w in range(s.SG)) + ";"
+                            f"fin{j}[{tile}][{r}][{e}] = "
+                            + " + ".join(f"red[{w}]{at}" for w in range(self.splits))
+                            + ";"
                         )
         finish.body.append(Raw(sums))
         for tile in range(tiles):

@@ -135,18 +135,29 @@ SHORT_K = 4096
 # calls 3-4), 8960 -> 1536 (96 blocks): 1.06-1.34x at 1-16 rows and 1.00-1.16x at 32 rows
 # with the blocks per SM of MINBLOCKS scaled down to the warps; on 4096 and 14336 -> 4096
 # (256 blocks) 8 warps won at 1-16 rows only for 8-bit weights and lost at 32 rows.
-TILES, ONE_TILE, SPREAD = 0, 1, 2
+# DEEP: outputs that give an SM at most 2 blocks, with K >= 8192 or at most SPREAD_COLUMNS
+# columns, and 8-bit weights: K in 8 ranges (the sum order), taken by 8 warps at up to 8 rows
+# and by 4 warps of two ranges each at 16-32 rows, where 8 warps' registers would not let the
+# grid fit the GPU at once (calls 3-4: 8 warps 0.51-0.94x at 32 rows). Call 7, against the 4
+# warps it replaced: 8-bit 14336 -> 4096 and 4096 -> 1024 1.10-1.23x at 1-8 rows, 0.94-0.97x
+# at 16-32; 4-bit weights and 4096 -> 4096 gained as much at 1-8 rows as they lost at 16-32
+# (1.02-1.05x against 0.92-0.97x), so they keep 4 warps (ONE_TILE).
+TILES, ONE_TILE, SPREAD, DEEP = 0, 1, 2, 3
 SMS = 132  # SMs of the H200
 SPREAD_COLUMNS = SMS * TILE
 SPREAD_K = 8192
 SPREAD_WARPS = 8
 SPREAD_SMEM = 84  # KB: 16 dense warps' rings of 2 stages, in dynamic shared memory
+DEEP_COLUMNS = 2 * SMS * TILE
+DEEP_ROWS = 8  # the largest row bucket whose blocks have a warp per K range
 
 
 def column_layout(columns: int, k: int) -> int:
-    """The layout (TILES, ONE_TILE or SPREAD) of a product of `columns` output columns over `k`."""
+    """The layout (TILES, ONE_TILE, SPREAD or DEEP) of a product of `columns` output columns over `k`."""
     if columns <= SPREAD_COLUMNS and k >= SPREAD_K:
         return SPREAD
+    if columns <= DEEP_COLUMNS and k >= SHORT_K and (k >= SPREAD_K or columns <= SPREAD_COLUMNS):
+        return DEEP
     return ONE_TILE if columns < NARROW_COLUMNS or k < SHORT_K else TILES
 
 
@@ -170,14 +181,16 @@ def staged_max_tiles(spec: ProjectionSpec, warps: int, layout: int = TILES) -> i
 
 
 def mma_warps(spec: ProjectionSpec, layout: int = TILES) -> int:
-    """Warps per block splitting K (a property of the spec: part of every row's sum
-    order): MLX_METILE_CUDA_MMA_WARPS, else 8 for dense weights on the staged ring
+    """K ranges per block, one warp each unless block_warps says otherwise (a property of
+    the spec and layout: part of every row's sum order):
+    MLX_METILE_CUDA_MMA_WARPS, else 8 for dense weights on the staged ring
     where 8 rings of 2 stages fit shared memory, else lower_mma's 4. H200, kernel
     alone (bench/results/h200-ab-2026-11-29-session5.json): 8 warps beat 4 by 2-30%
     on bf16 4096->4096, 4096->14336, 14336->4096 and 8960->1536 at 1-16 rows, lost
     7-10% on 1536->8960 (K too short for 8 warps' rings, won at 32 rows); for 4-bit
     weights 8 warps measured slower on every shape tried. The SPREAD layout (see
-    column_layout) doubles them where the staged rings of 2 stages still fit."""
+    column_layout) doubles them where the staged rings of 2 stages still fit; DEEP
+    gives 8-bit weights 8."""
     value = mma_override("warps")
     if value is not None:
         return value
@@ -186,9 +199,20 @@ def mma_warps(spec: ProjectionSpec, layout: int = TILES) -> int:
     if dense_staged and DENSE_WARPS * 2 * slot_bytes(spec) <= ring_budget(DENSE_WARPS):
         warps = DENSE_WARPS
     wider = 2 * warps if dense_staged else SPREAD_WARPS
-    if layout == SPREAD and stageable(spec) and wider * 2 * slot_bytes(spec) <= ring_budget(wider):
+    spread = layout == SPREAD or (layout == DEEP and spec.weights[0].bits == 8)
+    if spread and stageable(spec) and wider * 2 * slot_bytes(spec) <= ring_budget(wider):
         return wider
     return warps
+
+
+def block_warps(spec: ProjectionSpec, layout: int, rows_bucket: int, ranges: int) -> int:
+    """Warps per block for `ranges` K ranges (mma_warps): one per range, except in the DEEP
+    layout above DEEP_ROWS rows, where each of the usual warps takes two."""
+    if layout == DEEP and rows_bucket > DEEP_ROWS and mma_override("warps") is None:
+        usual = mma_warps(spec)
+        if ranges == 2 * usual:
+            return usual
+    return ranges
 
 
 def stageable(spec: ProjectionSpec) -> bool:
@@ -235,6 +259,8 @@ class StagedMMALowering(MMALowering):
         self.pieces = self.nrows * self.row_bytes // 16 // 32  # 16-byte copies per lane per stage
         self.scale_passes = -(-self.nrows // 32)  # warp-wide passes copying a stage's scales
         self.interleave = interleaved()
+        if self.per_warp not in (1, 2) or (self.per_warp > 1 and self.interleave):
+            raise LowerError(f"{program.name}: {self.per_warp} K ranges per warp (1 or 2, not interleaved)")
 
     # -- the K split ---------------------------------------------------------------
     def k_split(self) -> list[str]:
@@ -372,7 +398,10 @@ class StagedMMALowering(MMALowering):
         the shared loads and the math of stage st."""
         self.use_helper("cuda_cp_async")
         s, stages, groups = self.s, self.stages, self.groups
-        ring_bytes = self.ring_bytes = max(s.SG * stages * self.slot, self.red_bytes(nacc))
+        ring_bytes = max(s.SG * stages * self.slot, self.red_bytes(nacc))
+        # two K ranges per warp: the first range's partial sums wait after the ring
+        self.early_at = ring_bytes
+        ring_bytes = self.ring_bytes = ring_bytes + (self.red_bytes(nacc) // 2 if self.per_warp > 1 else 0)
         if ring_bytes > SMEM_LIMIT:  # over what a kernel may declare: sized at launch (see lower)
             ring = "extern __shared__ __align__(16) unsigned char metile_ring[];"
         else:
@@ -381,6 +410,11 @@ class StagedMMALowering(MMALowering):
             ring,
             f"unsigned char* const ring = metile_ring + warp * {stages * self.slot};",
         ]
+        if self.per_warp > 1:
+            dims = self.partial_dims(nacc)
+            lines.append(
+                f"float (*const early){dims} = reinterpret_cast<float (*){dims}>(metile_ring + {self.early_at});"
+            )
         if not self.interleave:  # else k_split gave nst
             lines.append(f"const int nst = max(c_end - c_begin, 0) / {groups};")
         lines += self.copy_setup(nacc)
@@ -405,6 +439,10 @@ class StagedMMALowering(MMALowering):
                 body.append(f"const {ld.typ} {ld.name} = *reinterpret_cast<const {ld.typ}*>({ld.addr});")
         for b in range(groups):
             body += self.chunk_math(b, nacc, mma)
+        if self.per_warp > 1:  # the end of the warp's first K range
+            body.append(f"if (st + 1 == per_warp / {groups}) {{")
+            body += ["  " + ln for ln in self.move_partials("early[warp]", nacc)]
+            body.append("}")
         body.append(f"rd = rd + 1 == {stages} ? 0 : rd + 1;")
         body.append(f"wr = wr + 1 == {stages} ? 0 : wr + 1;")
         return (
@@ -428,9 +466,38 @@ class StagedMMALowering(MMALowering):
         return kernel
 
     def red_bytes(self, nacc: int) -> int:
-        return self.s.SG * nacc * self.tiles * self.rt * 4 * 32 * 4
+        return self.splits * nacc * self.tiles * self.rt * 4 * 32 * 4
+
+    def partial_dims(self, nacc: int) -> str:
+        return f"[{nacc}][{self.tiles}][{self.rt}][4][32]"
+
+    def move_partials(self, dst: str, nacc: int) -> list[str]:
+        """The lane's partial sums into `dst` (a [acc][tile][row tile][element][lane] array), then zeroed."""
+        return [
+            f"{dst}[{j}][{tile}][{r}][{e}][threadIdx.x & 31] = part{j}[{tile}][{r}][{e}]; part{j}[{tile}][{r}][{e}] = 0.0f;"
+            for j in range(nacc)
+            for tile in range(self.tiles)
+            for r in range(self.rt)
+            for e in range(4)
+        ]
+
+    def store_partials(self, nacc: int) -> list[str]:
+        """Two K ranges per warp: ranges 2w and 2w + 1 into `red` - the first from `early`
+        where the warp's range reached its end, else the running sums and then zeros."""
+        if self.per_warp == 1:
+            return super().store_partials(nacc)
+        out = [f"const bool crossed = nst >= per_warp / {self.groups};"]
+        for j in range(nacc):
+            for tile in range(self.tiles):
+                for r in range(self.rt):
+                    for e in range(4):
+                        at = f"[{j}][{tile}][{r}][{e}][threadIdx.x & 31]"
+                        run = f"part{j}[{tile}][{r}][{e}]"
+                        out.append(f"red[2 * warp]{at} = crossed ? early[warp]{at} : {run};")
+                        out.append(f"red[2 * warp + 1]{at} = crossed ? {run} : 0.0f;")
+        return out
 
     def reduction_buffer(self, body: list, nacc: int) -> None:
         """The ring, reused: every copy has landed and every warp left the loop."""
-        dims = f"[{nacc}][{self.tiles}][{self.rt}][4][32]"
+        dims = self.partial_dims(nacc)
         body.append(Raw([f"float (*const red){dims} = reinterpret_cast<float (*){dims}>(metile_ring);"]))

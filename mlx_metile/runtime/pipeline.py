@@ -10,7 +10,7 @@ from ..codegen import RENDERERS
 from ..compiler import choose, lower
 from ..compiler.lower_mma import chunk_k as mma_chunk
 from ..compiler.lower_mma import mma_supported
-from ..compiler.lower_mma_staged import mma_warps, staged_max_tiles
+from ..compiler.lower_mma_staged import block_warps, mma_warps, staged_max_tiles
 from ..ir import bind_meta, format_program, verify
 from ..kernels import projection_program
 from ..spec import ProjectionSpec
@@ -23,12 +23,13 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
     """The kernel of `spec` for calls of up to `rows_bucket` rows on `target`; `layout`
     (CUDA: lower_mma_staged.column_layout of the weight's shape, the same for all row
     buckets; 0 several column tiles per block, 1 (or True) one tile, so that narrow
-    outputs still spread over the GPU, 2 one tile and K split over more warps)."""
+    outputs still spread over the GPU, 2 and 3 one tile and K split over more warps)."""
     if target not in RENDERERS:
         raise ValueError(f"unknown target {target!r}; known: {sorted(RENDERERS)}")
     program = projection_program(spec)
     mma = target == "cuda" and tensor_cores() and mma_supported(spec)
-    warps = mma_warps(spec, int(layout)) if mma else 0
+    ranges = mma_warps(spec, int(layout)) if mma else 0  # K ranges: the sum order
+    warps = block_warps(spec, int(layout), rows_bucket, ranges) if mma else 0
     schedule = choose(
         rows_bucket,
         spec.accumulators,
@@ -40,6 +41,7 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
         mma_chunk(spec) if mma else 0,
         warps,
         staged_max_tiles(spec, warps, int(layout)) if mma else 4,
+        ranges,
     )
     bound = bind_meta(program, schedule.meta())
     verify(bound)

@@ -276,6 +276,42 @@ def test_staged_ring_takes_two_tiles_where_they_fit_and_the_output_is_wide(fresh
     assert sm90_code(ptx(art, "sm_90"))
 
 
+def test_column_layouts_of_the_benchmark_shapes_and_their_warps(fresh_kernels, monkeypatch):
+    """lower_mma_staged.column_layout by output width and K (the op passes it for every row
+    bucket of a weight), and the warps and K ranges each layout gives 4-bit, 8-bit and dense
+    weights: more K ranges only in SPREAD (all formats) and DEEP (8-bit), and in DEEP at 16-32
+    rows 4 warps of two ranges each. Every kernel still builds for sm_90."""
+    from mlx_metile.compiler.lower_mma_staged import DEEP, ONE_TILE, SPREAD, TILES, column_layout
+
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    layouts = {(n, k): column_layout(n, k) for n, k in ((14336, 4096), (4096, 4096), (4096, 14336), (1024, 4096))}
+    layouts |= {(n, k): column_layout(n, k) for n, k in ((8960, 1536), (1536, 8960), (256, 1536))}
+    assert layouts == {
+        (14336, 4096): TILES,
+        (4096, 4096): ONE_TILE,
+        (4096, 14336): DEEP,
+        (1024, 4096): DEEP,
+        (8960, 1536): ONE_TILE,
+        (1536, 8960): SPREAD,
+        (256, 1536): ONE_TILE,
+    }
+    expected = {  # (format bits, layout): (warps, K ranges) at rows 1-8, 16, 32
+        (4, SPREAD): [(8, 8)] * 3,
+        (8, SPREAD): [(8, 8)] * 3,
+        (0, SPREAD): [(16, 16)] * 3,
+        (4, DEEP): [(4, 4)] * 3,
+        (8, DEEP): [(8, 8), (4, 8), (4, 8)],
+        (0, DEEP): [(8, 8)] * 3,
+    }
+    for (bits, layout), want in expected.items():
+        w = WeightFormat("bf16", bits, 64) if bits else WeightFormat("bf16")
+        spec = ProjectionSpec("bf16", (w,), k_multiple=256)
+        arts = [compile_projection(spec, b, "cuda", layout) for b in (8, 16, 32)]
+        assert [(a.schedule.SG, a.schedule.splits or a.schedule.SG) for a in arts] == want, (bits, layout)
+        assert all(a.schedule.BN == 16 and "metile_cp16(" in a.source for a in arts)
+        assert sm90_code(ptx(arts[-1], "sm_90"))
+
+
 @pytest.mark.skipif(find_nvcc() is None, reason="a fatbin needs nvcc (NVRTC gives cubins)")
 def test_compressed_fatbin_holds_the_same_kernel_smaller(fresh_kernels, monkeypatch):
     """nvcc builds a compressed fatbin (magic 0xBA55ED50) of the sm_90 code alone by

@@ -184,6 +184,60 @@ def test_spread_layout_splits_k_over_more_warps_and_stays_row_invariant(spec, K,
         assert all(np.array_equal(y[:1], y1) for y, y1 in zip(got, alone)), f"{spec.name()}: row 0 differs"
 
 
+def cancelling(case: Case, span: int, scale: float = 4096.0) -> Case:
+    """`case` with its weight made of one block of `span` k repeated along K and x's rows
+    made of one vector repeated with alternating signs times `scale` (plus noise): the K
+    ranges' partial sums, about +-scale, cancel to a small output, so that adding them in
+    another order changes its bf16 bits (outputs of random data round such changes away)."""
+    f, K, rows = case.spec.weights[0], case.K, case.x.shape[0]
+    block = rand((case.N, span), mx.bfloat16, 7, 0.05)
+    dense = mx.concatenate([block] * (K // span), axis=1)
+    wq, s, b = mx.quantize(dense, group_size=f.group_size, bits=f.bits)
+    case.buffers |= {"w0": bits(wq), "scales0": bits(s), "biases0": bits(b)}
+    case.w = [dequantize_exact(wq, s, b, f.group_size, f.bits)]
+    v = np.array(rand((rows, span), mx.float32, 8))
+    signs = np.repeat((-1.0) ** np.arange(K // span), span)
+    x = np.tile(v, K // span) * signs * scale + np.array(rand((rows, K), mx.float32, 9))
+    xb = mx.array(x.astype(np.float32)).astype(mx.bfloat16)
+    case.buffers["x"], case.x = bits(xb), np.array(xb.astype(mx.float32), np.float64)
+    return case
+
+
+q8 = WeightFormat("bf16", 8, 64)
+DEEP_CASES = [  # (spec, K, N): the DEEP layout (8-bit weights). K = 1280: ranges of 2 stages,
+    # the last three empty; K = 2560: ranges of 3 stages, the seventh of 2 (its warp's first
+    # range never reaches its end) and the eighth empty
+    (ProjectionSpec("bf16", (q8,), k_multiple=256), 1280, 24),
+    (ProjectionSpec("bf16", (q8,), k_multiple=256), 2560, 16),
+]
+
+
+@pytest.mark.parametrize("spec,K,N", DEEP_CASES, ids=[f"K={c[1]}" for c in DEEP_CASES])
+def test_deep_layout_two_k_ranges_per_warp_give_the_bits_of_a_warp_each(monkeypatch, spec, K, N):
+    """lower_mma_staged.DEEP: K in 8 ranges - 8 warps at up to 8 rows, 4 warps of two ranges
+    each at 16 and 32 rows. Row 0's bits are the same alone and among 3, 16 and 32 rows, and
+    the 32-row kernel of 4 warps gives the bits of the one with a warp per range."""
+    from mlx_metile.compiler.lower_mma_staged import DEEP
+
+    case = cancelling(Case(spec, K, N, rows=20), 128)
+    warps = {b: compile_projection(spec, b, "cuda", DEEP).schedule for b in (8, 16, 32)}
+    assert [(s.SG, s.splits or s.SG) for s in warps.values()] == [(8, 8), (4, 8), (4, 8)], warps
+    alone = case.run(8, 1, DEEP)
+    got = {}
+    for bucket, rows in ((8, 3), (16, 16), (32, 20)):
+        got[bucket] = case.run(bucket, rows, DEEP)
+        case.check(got[bucket], rows, f"{spec.name()} deep rows={rows}")
+        assert all(np.array_equal(y[:1], y1) for y, y1 in zip(got[bucket], alone)), f"{spec.name()}: row 0 differs"
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_WARPS", "8")
+    compile_projection.cache_clear()
+    assert compile_projection(spec, 32, "cuda", DEEP).schedule.SG == 8
+    eight = case.run(32, 20, DEEP)
+    assert all(np.array_equal(a, b) for a, b in zip(got[32], eight)), "two ranges per warp changed the sums"
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_WARPS", "4")  # 4 ranges: another order, other bits
+    compile_projection.cache_clear()
+    assert not all(np.array_equal(a, b) for a, b in zip(case.run(32, 20, DEEP), eight)), "the check cannot fail"
+
+
 VARIANTS = [  # (spec, K, N, settings): epilogues, bias and residual, scales dtypes, the non-default paths
     (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 128, True, "bf16"),), "gelu", True, k_multiple=256), 512, 40, {}),
     (ProjectionSpec("bf16", (WeightFormat("f32", 8, 128, True, "f32"),), "silu", k_multiple=256), 512, 32, {}),
