@@ -132,16 +132,16 @@ SHORT_K = 4096
 # products; SPREAD: outputs so narrow that the grid gives an SM at most one block, over a
 # long K: one tile, and K split over twice or four times the warps (8 for 4/8-bit
 # weights, 16 dense). H200, kernel alone (bench/results/h200-ab-2026-11-29-session7.json,
-# calls 3-4), 8960 -> 1536 (96 blocks): 1.06-1.34x at 1-16 rows and 1.00-1.16x at 32 rows
-# with the blocks per SM of MINBLOCKS scaled down to the warps; on 4096 and 14336 -> 4096
-# (256 blocks) 8 warps won at 1-16 rows only for 8-bit weights and lost at 32 rows.
+# call 5), 8960 -> 1536 (96 blocks) against the warps it replaced: 1.08x (4-bit), 1.19-1.21x
+# (8-bit), 1.29-1.32x (dense) at 1-8 rows, 1.01-1.25x at 16 and 1.01-1.16x at 32 rows, with
+# the blocks per SM of MINBLOCKS scaled down to the warps.
 # DEEP: outputs that give an SM at most 2 blocks, with K >= 8192 or at most SPREAD_COLUMNS
 # columns, and 8-bit weights: K in 8 ranges (the sum order), taken by 8 warps at up to 8 rows
 # and by 4 warps of two ranges each at 16-32 rows, where 8 warps' registers would not let the
 # grid fit the GPU at once (calls 3-4: 8 warps 0.51-0.94x at 32 rows). Call 7, against the 4
-# warps it replaced: 8-bit 14336 -> 4096 and 4096 -> 1024 1.10-1.23x at 1-8 rows, 0.94-0.97x
-# at 16-32; 4-bit weights and 4096 -> 4096 gained as much at 1-8 rows as they lost at 16-32
-# (1.02-1.05x against 0.92-0.97x), so they keep 4 warps (ONE_TILE).
+# warps it replaced: 8-bit 14336 -> 4096 and 4096 -> 1024 1.10-1.23x at 1-8 rows, 0.95-0.97x
+# at 16-32; 4-bit weights and 4096 -> 4096 gained about as much at 1-8 rows as they lost at
+# 16-32 (1.03-1.06x against 0.92-0.97x), so they keep 4 warps (ONE_TILE).
 TILES, ONE_TILE, SPREAD, DEEP = 0, 1, 2, 3
 SMS = 132  # SMs of the H200
 SPREAD_COLUMNS = SMS * TILE
