@@ -526,17 +526,22 @@ class MMALowering(_Lowering):
             else "const int c_end = min(chunks, c_begin + per_warp);",
         ]
 
-    def store_partials(self, nacc: int) -> list[str]:
-        """The warp's partial sums into `red` (one K range per warp here; see the staged ring)."""
-        if self.per_warp != 1:
-            raise LowerError(f"{self.p.name}: several K ranges per warp need the staged ring")
+    def partials(self, nacc: int) -> list[tuple[str, str]]:
+        """(a lane's running sum, its index in a [acc][tile][row tile][element][lane] array)
+        for every partial sum the lane keeps."""
         return [
-            f"red[warp][{j}][{tile}][{r}][{e}][threadIdx.x & 31] = part{j}[{tile}][{r}][{e}];"
+            (f"part{j}[{tile}][{r}][{e}]", f"[{j}][{tile}][{r}][{e}][threadIdx.x & 31]")
             for j in range(nacc)
             for tile in range(self.tiles)
             for r in range(self.rt)
             for e in range(4)
         ]
+
+    def store_partials(self, nacc: int) -> list[str]:
+        """The warp's partial sums into `red` (one K range per warp here; see the staged ring)."""
+        if self.per_warp != 1:
+            raise LowerError(f"{self.p.name}: several K ranges per warp need the staged ring")
+        return [f"red[warp]{at} = {run};" for run, at in self.partials(nacc)]
 
     def reduction_buffer(self, body: list, nacc: int) -> None:
         """`red[range][acc][tile][row tile][element][lane]`: the K ranges' partial sums."""

@@ -8,7 +8,7 @@ reach the lanes through shared memory:
 
 A stage is G groups of the warp's K range for the block's 16 T columns of each
 accumulator (T column tiles: 2 for wide and deep products where the rings fit,
-so that each x value loaded serves both tiles; see one_tile). The copies read each column's stage as one contiguous run
+so that each x value loaded serves both tiles; see column_layout). The copies read each column's stage as one contiguous run
 (64-256 bytes, 16 bytes a lane), so a warp-wide copy touches 4-8 cache lines;
 the lanes' direct loads of lower_mma touch 16 lines per 256 bytes. An H200
 probe of the two access patterns alone (bench/cuda_probe/int4_loads.cu,
@@ -130,8 +130,8 @@ SHORT_K = 4096
 # Column layouts of a product (one per weight shape, so for all its row buckets):
 # TILES: several tiles per block where the rings fit; ONE_TILE: narrow or shallow
 # products; SPREAD: outputs so narrow that the grid gives an SM at most one block, over a
-# long K: one tile, and K split over twice or four times the warps (8 for 4/8-bit
-# weights, 16 dense). H200, kernel alone (bench/results/h200-ab-2026-11-29-session7.json,
+# long K: one tile, and K split over twice the warps (8 for 4/8-bit weights, 16
+# dense). H200, kernel alone (bench/results/h200-ab-2026-11-29-session7.json,
 # call 5), 8960 -> 1536 (96 blocks) against the warps it replaced: 1.08x (4-bit), 1.19-1.21x
 # (8-bit), 1.29-1.32x (dense) at 1-8 rows, 1.01-1.25x at 16 and 1.01-1.16x at 32 rows, with
 # the blocks per SM of MINBLOCKS scaled down to the warps.
@@ -161,14 +161,9 @@ def column_layout(columns: int, k: int) -> int:
     return ONE_TILE if columns < NARROW_COLUMNS or k < SHORT_K else TILES
 
 
-def one_tile(columns: int, k: int) -> bool:
-    """Whether a product of `columns` output columns over `k` keeps one tile per block."""
-    return column_layout(columns, k) != TILES
-
-
 def staged_max_tiles(spec: ProjectionSpec, warps: int, layout: int = TILES) -> int:
-    """The most 16-column tiles per block: 1 in the ONE_TILE and SPREAD layouts; on the
-    staged ring, the most whose rings still fit 2 stages; 1 on the direct loads (4 when
+    """The most 16-column tiles per block: 1 in every layout but TILES; on the staged
+    ring, the most whose rings still fit 2 stages; 1 on the direct loads (4 when
     MLX_METILE_CUDA_MMA_TILES is set: the direct loads' tuning knob)."""
     if not stageable(spec):
         return 4 if mma_override("tiles") is not None else 1
@@ -395,7 +390,8 @@ class StagedMMALowering(MMALowering):
     def k_loop(self, nacc: int, mma: str) -> list[str]:
         """Prologue: stages 0..S-2 in flight. Each iteration: x loads of stage st,
         wait for stage st, issue stage st+S-1 into the slot freed by st-1, then
-        the shared loads and the math of stage st."""
+        the shared loads and the math of stage st; a warp of two K ranges moves its
+        sums to `early` after the first range's last stage."""
         self.use_helper("cuda_cp_async")
         s, stages, groups = self.s, self.stages, self.groups
         ring_bytes = max(s.SG * stages * self.slot, self.red_bytes(nacc))
@@ -459,7 +455,7 @@ class StagedMMALowering(MMALowering):
         fit = max(1, SM_SHARED // (self.ring_bytes + 1024))  # the driver keeps 1 KB a block
         blocks = mma_setting("minblocks", self.s.BM)
         usual = mma_warps(self.spec)
-        if self.s.SG > usual and blocks:  # more warps (SPREAD): as many warps per SM, not blocks
+        if self.s.SG > usual and blocks:  # more warps (SPREAD, DEEP): as many warps per SM, not blocks
             blocks = max(1, blocks * usual // self.s.SG)
         kernel.min_groups = min(blocks, fit)
         kernel.dynamic_shared = self.ring_bytes if self.ring_bytes > SMEM_LIMIT else 0
@@ -473,13 +469,7 @@ class StagedMMALowering(MMALowering):
 
     def move_partials(self, dst: str, nacc: int) -> list[str]:
         """The lane's partial sums into `dst` (a [acc][tile][row tile][element][lane] array), then zeroed."""
-        return [
-            f"{dst}[{j}][{tile}][{r}][{e}][threadIdx.x & 31] = part{j}[{tile}][{r}][{e}]; part{j}[{tile}][{r}][{e}] = 0.0f;"
-            for j in range(nacc)
-            for tile in range(self.tiles)
-            for r in range(self.rt)
-            for e in range(4)
-        ]
+        return [f"{dst}{at} = {run}; {run} = 0.0f;" for run, at in self.partials(nacc)]
 
     def store_partials(self, nacc: int) -> list[str]:
         """Two K ranges per warp: ranges 2w and 2w + 1 into `red` - the first from `early`
@@ -487,14 +477,9 @@ class StagedMMALowering(MMALowering):
         if self.per_warp == 1:
             return super().store_partials(nacc)
         out = [f"const bool crossed = nst >= per_warp / {self.groups};"]
-        for j in range(nacc):
-            for tile in range(self.tiles):
-                for r in range(self.rt):
-                    for e in range(4):
-                        at = f"[{j}][{tile}][{r}][{e}][threadIdx.x & 31]"
-                        run = f"part{j}[{tile}][{r}][{e}]"
-                        out.append(f"red[2 * warp]{at} = crossed ? early[warp]{at} : {run};")
-                        out.append(f"red[2 * warp + 1]{at} = crossed ? {run} : 0.0f;")
+        for run, at in self.partials(nacc):
+            out.append(f"red[2 * warp]{at} = crossed ? early[warp]{at} : {run};")
+            out.append(f"red[2 * warp + 1]{at} = crossed ? {run} : 0.0f;")
         return out
 
     def reduction_buffer(self, body: list, nacc: int) -> None:

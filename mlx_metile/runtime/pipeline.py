@@ -22,14 +22,14 @@ from .debug import dump
 def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "msl", layout: int = 0) -> Artifact:
     """The kernel of `spec` for calls of up to `rows_bucket` rows on `target`; `layout`
     (CUDA: lower_mma_staged.column_layout of the weight's shape, the same for all row
-    buckets; 0 several column tiles per block, 1 (or True) one tile, so that narrow
+    buckets; 0 several column tiles per block, 1 one tile, so that narrow
     outputs still spread over the GPU, 2 and 3 one tile and K split over more warps)."""
     if target not in RENDERERS:
         raise ValueError(f"unknown target {target!r}; known: {sorted(RENDERERS)}")
     program = projection_program(spec)
     mma = target == "cuda" and tensor_cores() and mma_supported(spec)
-    ranges = mma_warps(spec, int(layout)) if mma else 0  # K ranges: the sum order
-    warps = block_warps(spec, int(layout), rows_bucket, ranges) if mma else 0
+    ranges = mma_warps(spec, layout) if mma else 0  # K ranges: the sum order
+    warps = block_warps(spec, layout, rows_bucket, ranges) if mma else 0
     schedule = choose(
         rows_bucket,
         spec.accumulators,
@@ -40,7 +40,7 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
         target,
         mma_chunk(spec) if mma else 0,
         warps,
-        staged_max_tiles(spec, warps, int(layout)) if mma else 4,
+        staged_max_tiles(spec, warps, layout) if mma else 4,
         ranges,
     )
     bound = bind_meta(program, schedule.meta())

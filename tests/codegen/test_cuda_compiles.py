@@ -253,16 +253,16 @@ def test_staged_settings_are_checked(fresh_kernels, monkeypatch):
 
 def test_staged_ring_takes_two_tiles_where_they_fit_and_the_output_is_wide(fresh_kernels, monkeypatch):
     """Wide outputs take 2 column tiles per block on the staged ring (x loaded once for
-    both); narrow or shallow ones (lower_mma_staged.one_tile) and rings that would not fit 2
+    both); narrow or shallow ones (lower_mma_staged.column_layout) and rings that would not fit 2
     stages keep 1.
     Tiles move loads only: the K split is the same for every bucket and both widths. Rings
     of more than 32 rows (SwiGLU with 2 tiles: 64) copy their scales in two warp-wide passes."""
     monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
     single = ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64),), k_multiple=256)
     splits = set()
-    for one, tiles in ((False, 2), (True, 1)):
+    for layout, tiles in ((0, 2), (1, 1)):  # TILES, ONE_TILE
         for bucket in (1, 16, 32):
-            art = compile_projection(single, bucket, "cuda", one)
+            art = compile_projection(single, bucket, "cuda", layout)
             assert art.schedule.BN == 16 * tiles and "metile_cp16(" in art.source
             splits.add(k_split(art))
             assert sm90_code(ptx(art, "sm_90"))

@@ -77,9 +77,10 @@ class Case:
             self.buffers["residual"] = bits(r)
             self.residual = np.array(r.astype(mx.float32), np.float64)
 
-    def run(self, bucket: int, rows: int, one_tile: bool = True) -> list[np.ndarray]:
-        """The CUDA kernel of `bucket` over the first `rows` rows; its outputs' bits."""
-        art = compile_projection(self.spec, bucket, "cuda", one_tile)
+    def run(self, bucket: int, rows: int, layout: int = 1) -> list[np.ndarray]:
+        """The CUDA kernel of `bucket` in column `layout` (lower_mma_staged.column_layout; 1:
+        one tile) over the first `rows` rows; its outputs' bits."""
+        art = compile_projection(self.spec, bucket, "cuda", layout)
         named = dict(self.buffers)
         for name in ("x", "residual"):  # the first `rows` rows
             if name in named:
@@ -152,9 +153,9 @@ def test_two_column_tiles_give_the_bits_of_one(monkeypatch):
             compile_projection.cache_clear()
         case = Case(spec, K, N, rows=20)
         for bucket, rows in buckets:
-            assert compile_projection(spec, bucket, "cuda", False).schedule.BN == 32
-            two = case.run(bucket, rows, one_tile=False)
-            one = case.run(bucket, rows, one_tile=True)
+            assert compile_projection(spec, bucket, "cuda", 0).schedule.BN == 32
+            two = case.run(bucket, rows, layout=0)
+            one = case.run(bucket, rows, layout=1)
             case.check(two, rows, f"{spec.name()} two tiles rows={rows}")
             assert all(np.array_equal(a, b) for a, b in zip(two, one)), (spec.name(), bucket)
 
