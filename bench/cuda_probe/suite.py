@@ -24,12 +24,14 @@ def shape(fmt: str, k: int, n: int, pool: int) -> list[str]:
 
 
 # name: (harness arguments, variants); the first variant is each file's default and reference.
-# The questions of session 7 (earlier sessions' suites and answers: bench/results/h200-ab-*.json).
-# Call 1: where a staged kernel's time goes (diagnostics.py: nox = x never loaded, nomath = the
-# ring's copies alone), and whether loading x a stage ahead pays. Call 2: deeper rings with fewer
-# warps per block or one column tile. Call 3 (below): on narrow products, whose grids leave an
-# SM 2 blocks, more warps per block splitting K (w8, w16; MINBLOCKS so their registers are not
-# capped for 4 blocks per SM), with 2 or 4 stages.
+# The questions of session 7, answered in bench/results/h200-ab-2026-11-29-session7.json (earlier
+# sessions' suites and answers: the other h200-ab-*.json). SUITE holds the last call's; the
+# variant lists of calls 3-6 are kept below for re-running them. Call 1: where a staged kernel's
+# time goes (diagnostics.py: nox = x never loaded, nomath = the ring's copies alone), and whether
+# loading x a stage ahead pays (a knob removed after it). Call 2: deeper rings with fewer warps
+# per block or one column tile. Call 3: on narrow products, whose grids leave an SM 2 blocks,
+# more warps per block splitting K (w8, w16; MINBLOCKS so their registers are not capped for 4
+# blocks per SM), with 2 or 4 stages.
 WIDE_K = [
     "default=",
     "nomath=HACK=nomath",
