@@ -239,6 +239,29 @@ def test_deep_layout_two_k_ranges_per_warp_give_the_bits_of_a_warp_each(monkeypa
     assert not all(np.array_equal(a, b) for a, b in zip(case.run(32, 20, DEEP), eight)), "the check cannot fail"
 
 
+def test_deep_layout_with_concatenated_weights(monkeypatch):
+    """The DEEP layout's K ranges for q/k/v in one accumulator: within tolerance, row 0 the
+    same alone and among 16 and 32 rows, and the 32-row kernel of 4 warps equal to the one
+    with a warp per range. SwiGLU's rings (two accumulators) would not fit 8 warps' 2 stages
+    in 48 KB: it keeps a warp per range."""
+    from mlx_metile.compiler.lower_mma_staged import DEEP
+
+    swiglu = ProjectionSpec("bf16", (q8, q8), "swiglu", k_multiple=256)
+    assert compile_projection(swiglu, 32, "cuda", DEEP).schedule.splits == 0
+    spec = ProjectionSpec("bf16", (q8,) * 3, k_multiple=256)
+    case = Case(spec, 2560, 24, rows=20)
+    assert compile_projection(spec, 32, "cuda", DEEP).schedule.splits == 8
+    alone = case.run(8, 1, DEEP)
+    got = {}
+    for bucket, rows in ((16, 16), (32, 20)):
+        got[bucket] = case.run(bucket, rows, DEEP)
+        case.check(got[bucket], rows, f"{spec.name()} deep rows={rows}")
+        assert all(np.array_equal(y[:1], y1) for y, y1 in zip(got[bucket], alone)), f"{spec.name()}: row 0 differs"
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_WARPS", "8")
+    compile_projection.cache_clear()
+    assert all(np.array_equal(a, b) for a, b in zip(got[32], case.run(32, 20, DEEP)))
+
+
 VARIANTS = [  # (spec, K, N, settings): epilogues, bias and residual, scales dtypes, the non-default paths
     (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 128, True, "bf16"),), "gelu", True, k_multiple=256), 512, 40, {}),
     (ProjectionSpec("bf16", (WeightFormat("f32", 8, 128, True, "f32"),), "silu", k_multiple=256), 512, 32, {}),
