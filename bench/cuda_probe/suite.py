@@ -25,8 +25,8 @@ def shape(fmt: str, k: int, n: int, pool: int) -> list[str]:
 
 # name: (harness arguments, variants); the first variant is each file's default and reference.
 # The questions of session 7, answered in bench/results/h200-ab-2026-11-29-session7.json (earlier
-# sessions' suites and answers: the other h200-ab-*.json). SUITE holds the last call's; the
-# variant lists of calls 3-6 are kept below for re-running them. Call 1: where a staged kernel's
+# sessions' suites and answers: the other h200-ab-*.json). SUITE holds call 8's (below); the
+# variant lists of calls 3-7 are kept for re-running them. Call 1: where a staged kernel's
 # time goes (diagnostics.py: nox = x never loaded, nomath = the ring's copies alone), and whether
 # loading x a stage ahead pays (a knob removed after it). Call 2: deeper rings with fewer warps
 # per block or one column tile. Call 3: on narrow products, whose grids leave an SM 2 blocks,
@@ -55,11 +55,21 @@ GATEUP = [
 # Call 7: the DEEP layout (lower_mma_staged.column_layout: K in 8 ranges, 8 warps at up to 8
 # rows, 4 warps of two ranges each above) as the new default, against the 4 warps it replaced.
 DEEP = ["default=", f"w4={E}WARPS=4"]
+# Call 8 (prepared for the next session, not run yet): swizzled rings (SWIZZLE=1, rows
+# unpadded) and with them 3 stages in 55 KB, which still lets 4 blocks of 4 warps share an SM.
+SWIZZLE = [
+    "default=",
+    f"sw={E}SWIZZLE=1",
+    f"sw3={E}SWIZZLE=1;{E}STAGES=3;{E}SMEM=55",
+    f"sw3_nomath={E}SWIZZLE=1;{E}STAGES=3;{E}SMEM=55;HACK=nomath",
+    "nomath=HACK=nomath",
+]
 SUITE = {}
 for fmt, pool in (("q4g64", 32), ("q8g64", 16)):
-    for k, n in ((4096, 4096), (14336, 4096), (4096, 1024)):
-        args = shape(fmt, k, n, pool * (4 if k * n < 2**25 else 1) * (4 if n < 2048 else 1))
-        SUITE[f"{fmt}_{k}x{n}"] = ([*args, "--rows", "1,8,16,32"], DEEP)
+    SUITE[f"{fmt}_gateup_fused"] = (["--format", fmt, "--pool", str(pool // 4), "--rows", "1,8,16,32"], SWIZZLE)
+    for k, n in ((4096, 4096), (4096, 14336), (14336, 4096)):
+        args = shape(fmt, k, n, pool * (4 if k * n < 2**25 else 1))
+        SUITE[f"{fmt}_{k}x{n}"] = ([*args, "--rows", "1,8,16,32"], SWIZZLE)
 
 
 def main() -> int:

@@ -46,6 +46,21 @@ from .lower_mma import (
 )
 
 PAD = 16  # bytes after each ring row: the rows of a shared load on distinct banks
+
+
+def swizzled() -> bool:
+    """MLX_METILE_CUDA_MMA_SWIZZLE=1: ring rows unpadded, each row's 16-byte pieces stored at
+    piece ^ (row mod 8) (at most the row's pieces), which spreads a shared load's 8 rows over
+    the banks as the padding does, in 512 fewer bytes per 32-row stage (so that, with
+    STAGES=3 and SMEM=55, 4 warps' rings of 3 stages still let 4 blocks share an SM).
+    Moves bytes only: no sum changes."""
+    return mma_override("swizzle") == 1
+
+
+def row_pad() -> int:
+    return 0 if swizzled() else PAD
+
+
 MAX_STAGES = 4
 SM_SHARED = 228 * 1024  # shared memory of one SM of sm_90 (H100 / H200)
 DENSE_STAGE_K = 64  # k of a dense column per stage by default: 2 chunks of 32, 128 bytes
@@ -97,7 +112,7 @@ def ring_rows(spec: ProjectionSpec, tiles: int = 1) -> int:
 def slot_bytes(spec: ProjectionSpec, tiles: int = 1) -> int:
     """One stage of one warp: the weight rows (padded), then scales, then biases."""
     groups = stage_groups(spec)
-    return ring_rows(spec, tiles) * (groups * chunk_bytes(spec) + PAD + 2 * groups * scale_bytes_of(spec))
+    return ring_rows(spec, tiles) * (groups * chunk_bytes(spec) + row_pad() + 2 * groups * scale_bytes_of(spec))
 
 
 def ring_budget(warps: int = 4) -> int:
@@ -242,7 +257,10 @@ class StagedMMALowering(MMALowering):
         self.scale_vector = w.quantized and w.dtype != "f32"
         self.group_bytes = chunk_bytes(spec)  # one chunk of a column: a group, or 32 dense k
         self.row_bytes = self.groups * self.group_bytes
-        self.stride = self.row_bytes + PAD
+        self.stride = self.row_bytes + row_pad()
+        # swizzled rows: piece q of row r at q ^ (r & mask); r & mask is the lane's g & mask in
+        # every load (rows are 8-aligned bands plus g)
+        self.swizzle_mask = min(self.row_bytes // 16, 8) - 1 if swizzled() else 0
         self.scale_bytes = self.groups * scale_bytes_of(spec)
         self.nrows = ring_rows(spec, self.tiles)
         self.scales_at = self.nrows * self.stride
@@ -286,11 +304,11 @@ class StagedMMALowering(MMALowering):
                 for h in "ab":
                     row = f"{TILE * (j * self.tiles + tile) + (8 if h == 'b' else 0)} + g"
                     if not self.spec.weights[0].quantized:  # 8 consecutive k: the lane's quarter of 32
-                        at = f"slot + ({row}) * {self.stride} + {b * self.group_bytes} + t * 16"
+                        at = f"slot + ({row}) * {self.stride} + {self.piece(f'{b * self.group_bytes} + t * 16')}"
                         out.append(Load("uint4", f"w{j}_{tile}{h}_{b}", "true", at))
                         continue
                     for v0 in range(0, words, self.word_width):
-                        at = f"slot + ({row}) * {self.stride} + {b * self.group_bytes} + t * {4 * words} + {4 * v0}"
+                        at = f"slot + ({row}) * {self.stride} + {self.piece(f'{b * self.group_bytes} + t * {4 * words} + {4 * v0}')}"
                         out.append(Load(self.word_vector, f"w{j}_{tile}{h}v{v0}_{b}", "true", at))
                     if self.scale_vector and b:
                         continue
@@ -300,6 +318,13 @@ class StagedMMALowering(MMALowering):
                         at = f"slot + {base} + ({row}) * {self.scale_bytes}{extra}"
                         out.append(Load(typ, f"{letter}{j}_{tile}{h}_{b}", "true", at))
         return out
+
+    def piece(self, offset: str) -> str:
+        """Where a lane's bytes at `offset` (a C expression) within its ring row lie: there,
+        or in the swizzled piece (see swizzled)."""
+        if not self.swizzle_mask:
+            return offset
+        return f"(((({offset}) >> 4) ^ (g & {self.swizzle_mask})) << 4 | (({offset}) & 15))"
 
     # -- global -> shared --------------------------------------------------------
     def source(self, j: int, col: str, addr) -> list[str]:
@@ -336,7 +361,10 @@ class StagedMMALowering(MMALowering):
             lines += ["  " + ln for ln in self.source(j, col, weight)]
             lines.append(f"  cw{i} = src; cwok{i} = ok;")
             lines.append("}")
-            lines.append(f"const int cwd{i} = ({first} + lane / {per_row}) * {self.stride} + (lane % {per_row}) * 16;")
+            piece = f"(lane % {per_row})"
+            if self.swizzle_mask:
+                piece = f"({piece} ^ (({first} + lane / {per_row}) & {self.swizzle_mask}))"
+            lines.append(f"const int cwd{i} = ({first} + lane / {per_row}) * {self.stride} + {piece} * 16;")
         declared = [f"const char* cw{i}; bool cwok{i};" for i in range(self.pieces)]
         if not w.quantized:
             return declared + lines

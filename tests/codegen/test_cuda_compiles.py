@@ -241,9 +241,24 @@ def test_interleaved_k_stages_split_alike_in_every_bucket(fresh_kernels, monkeyp
     assert len(splits) == 1 and len(next(iter(splits))) == 3, splits
 
 
+def test_swizzled_rings_are_unpadded_and_fit_three_stages_in_four_blocks(fresh_kernels, monkeypatch):
+    """MLX_METILE_CUDA_MMA_SWIZZLE=1: ring rows lose their 16-byte padding, so the int4 ring
+    of 4 warps x 3 stages fits 55 KB (4 blocks per SM of the H200's 228 KB); the kernels
+    compile for sm_90."""
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    spec = ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64),), k_multiple=256)
+    for name, value in (("SWIZZLE", "1"), ("STAGES", "3"), ("SMEM", "55")):
+        monkeypatch.setenv(f"MLX_METILE_CUDA_MMA_{name}", value)
+    art = compile_projection(spec, 8, "cuda")
+    assert art.schedule.SG == 4 and art.schedule.BN == 32
+    assert art.dynamic_shared == 4 * 3 * 32 * (128 + 16), art.dynamic_shared  # no padding
+    assert "__launch_bounds__(128, 4)" in art.source and "^ (g & 7)" in art.source
+    assert sm90_code(ptx(art, "sm_90"))
+
+
 def test_staged_settings_are_checked(fresh_kernels, monkeypatch):
     spec = STAGED_SPECS[0][0]
-    for var, bad in (("GROUPS", "3"), ("STAGES", "9"), ("MINBLOCKS", "x"), ("INTERLEAVE", "2")):
+    for var, bad in (("GROUPS", "3"), ("STAGES", "9"), ("MINBLOCKS", "x"), ("INTERLEAVE", "2"), ("SWIZZLE", "2")):
         monkeypatch.setenv(f"MLX_METILE_CUDA_MMA_{var}", bad)
         with pytest.raises(ValueError, match=f"MLX_METILE_CUDA_MMA_{var}"):
             compile_projection(spec, 1, "cuda")

@@ -262,6 +262,37 @@ def test_deep_layout_with_concatenated_weights(monkeypatch):
     assert all(np.array_equal(a, b) for a, b in zip(got[32], case.run(32, 20, DEEP)))
 
 
+SWIZZLED = [  # (spec, K, N, settings): rows of 64, 128 and 256 bytes, dense, SwiGLU, 3 stages
+    (ProjectionSpec("bf16", (q4,), k_multiple=256), 1024, 40, {}),
+    (ProjectionSpec("bf16", (q4,), k_multiple=256), 1024, 40, {"GROUPS": "2"}),
+    (ProjectionSpec("bf16", (q4,), k_multiple=512), 1024, 40, {"GROUPS": "8", "STAGES": "2"}),
+    (ProjectionSpec("bf16", (q8,), k_multiple=256), 1024, 24, {"STAGES": "3", "SMEM": "55"}),
+    (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 512, 24, {}),
+    (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), 1024, 24, {}),
+]
+
+
+@pytest.mark.parametrize(
+    "spec,K,N,settings", SWIZZLED, ids=[f"{c[0].name()}-{','.join(c[3]) or 'default'}" for c in SWIZZLED]
+)
+def test_swizzled_rings_give_the_bits_of_padded_ones(monkeypatch, spec, K, N, settings):
+    """MLX_METILE_CUDA_MMA_SWIZZLE=1 moves bytes within the ring only: every output bit is
+    the padded ring's, at 3 and 16 rows."""
+    for name, value in settings.items():
+        monkeypatch.setenv(f"MLX_METILE_CUDA_MMA_{name}", value)
+    compile_projection.cache_clear()
+    case = Case(spec, K, N, rows=16)
+    padded = [case.run(8, 3), case.run(16, 16)]
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_SWIZZLE", "1")
+    compile_projection.cache_clear()
+    art = compile_projection(spec, 16, "cuda", 1)
+    assert "metile_cp16(" in art.source and "^ (g & " in art.source, "not the swizzled staged ring"
+    swizzled = [case.run(8, 3), case.run(16, 16)]
+    case.check(swizzled[1], 16, f"{spec.name()} swizzled")
+    for a, b in zip(padded, swizzled):
+        assert all(np.array_equal(x, y) for x, y in zip(a, b)), f"{spec.name()} {settings}: swizzling changed bits"
+
+
 VARIANTS = [  # (spec, K, N, settings): epilogues, bias and residual, scales dtypes, the non-default paths
     (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 128, True, "bf16"),), "gelu", True, k_multiple=256), 512, 40, {}),
     (ProjectionSpec("bf16", (WeightFormat("f32", 8, 128, True, "f32"),), "silu", k_multiple=256), 512, 32, {}),
