@@ -27,5 +27,8 @@ def raw_settings(*names: str):
     if _FAST:
         keys = tuple(n.encode(_ENCODING, "surrogateescape") for n in names)
         get = _RAW.get
+        if len(keys) == 2:  # the op's case, without a generator per call
+            a, b = keys
+            return lambda: (get(a), get(b))
         return lambda: tuple(get(k) for k in keys)
     return lambda: tuple(os.environ.get(n) for n in names)

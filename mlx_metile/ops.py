@@ -81,10 +81,9 @@ class QuantizedWeight:
             q = (w, scales, biases)
             signature = (group_size, bits, *(a.shape for a in q), *(a.dtype for a in q))
             entry = _VALIDATED[key] = (weakref.ref(w), weakref.ref(scales), weakref.ref(biases), signature)
-        # immutable, so that what calls with it are planned by (_plan_key) stays true of it
-        values = {"w": w, "scales": scales, "biases": biases, "group_size": group_size, "bits": bits}
-        for name, value in (*values.items(), ("signature", entry[3])):  # signature: its format and shapes
-            object.__setattr__(self, name, value)
+        # immutable, so that what calls with it are planned by (_plan_key) stays true of it:
+        # set through its __dict__ (signature: its format and shapes)
+        self.__dict__.update(w=w, scales=scales, biases=biases, group_size=group_size, bits=bits, signature=entry[3])
 
     def __setattr__(self, name, value):
         raise AttributeError(f"QuantizedWeight is immutable: make a new one rather than set {name!r}")
