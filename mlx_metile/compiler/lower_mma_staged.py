@@ -424,7 +424,7 @@ class StagedMMALowering(MMALowering):
         s, stages, groups = self.s, self.stages, self.groups
         ring_bytes = max(s.SG * stages * self.slot, self.red_bytes(nacc))
         # two K ranges per warp: the first range's partial sums wait after the ring
-        self.early_at = ring_bytes
+        early_at = ring_bytes
         ring_bytes = self.ring_bytes = ring_bytes + (self.red_bytes(nacc) // 2 if self.per_warp > 1 else 0)
         if ring_bytes > SMEM_LIMIT:  # over what a kernel may declare: sized at launch (see lower)
             ring = "extern __shared__ __align__(16) unsigned char metile_ring[];"
@@ -436,9 +436,7 @@ class StagedMMALowering(MMALowering):
         ]
         if self.per_warp > 1:
             dims = self.partial_dims(nacc)
-            lines.append(
-                f"float (*const early){dims} = reinterpret_cast<float (*){dims}>(metile_ring + {self.early_at});"
-            )
+            lines.append(f"float (*const early){dims} = reinterpret_cast<float (*){dims}>(metile_ring + {early_at});")
         if not self.interleave:  # else k_split gave nst
             lines.append(f"const int nst = max(c_end - c_begin, 0) / {groups};")
         lines += self.copy_setup(nacc)
