@@ -42,6 +42,8 @@ class Trace:
 
 
 _local = threading.local()
+_open = [0]  # traces open on any thread: while none is, tracing() needs no thread-local lookup
+_open_lock = threading.Lock()
 
 
 def _active() -> list[Trace]:
@@ -54,15 +56,21 @@ def _active() -> list[Trace]:
 def trace():
     t = Trace()
     _active().append(t)
+    with _open_lock:
+        _open[0] += 1
     try:
         yield t
     finally:
+        with _open_lock:
+            _open[0] -= 1
         _active().remove(t)
 
 
 def tracing() -> bool:
-    """Whether a trace() is open on this thread (so callers can skip building records)."""
-    return bool(getattr(_local, "traces", None))
+    """Whether a trace() is open on this thread (so callers can skip building records). A
+    thread's own trace() raised the count before its calls, so a zero read is never stale
+    for it; another thread's count only sends the check on to the thread-local lookup."""
+    return _open[0] > 0 and bool(getattr(_local, "traces", None))
 
 
 def record(rec: TraceRecord) -> None:
