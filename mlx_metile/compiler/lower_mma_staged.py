@@ -115,7 +115,7 @@ def slot_bytes(spec: ProjectionSpec, tiles: int = 1) -> int:
     return ring_rows(spec, tiles) * (groups * chunk_bytes(spec) + row_pad() + 2 * groups * scale_bytes_of(spec))
 
 
-def ring_budget(warps: int = 4) -> int:
+def ring_budget(warps: int) -> int:
     """Bytes of shared memory a block's rings may take: MLX_METILE_CUDA_MMA_SMEM (KB, 48-227),
     else the 48 KB a kernel may declare statically, or SPREAD_SMEM for blocks of more than
     8 warps (the spread layout). Rings over 48 KB are dynamic shared memory, given at
@@ -126,7 +126,7 @@ def ring_budget(warps: int = 4) -> int:
 
 def ring_stages(spec: ProjectionSpec, warps: int, tiles: int = 1) -> int:
     """MLX_METILE_CUDA_MMA_STAGES (2..8), else MAX_STAGES; fewer while the
-    block's rings exceed ring_budget()."""
+    block's rings exceed ring_budget(warps)."""
     stages = mma_override("stages") or MAX_STAGES
     while stages > 1 and warps * stages * slot_bytes(spec, tiles) > ring_budget(warps):
         stages -= 1
@@ -157,7 +157,7 @@ SHORT_K = 4096
 # warps it replaced: 8-bit 14336 -> 4096 and 4096 -> 1024 1.10-1.23x at 1-8 rows, 0.95-0.97x
 # at 16-32; 4-bit weights and 4096 -> 4096 gained about as much at 1-8 rows as they lost at
 # 16-32 (1.03-1.06x against 0.92-0.97x), so they keep 4 warps (ONE_TILE).
-TILES, ONE_TILE, SPREAD, DEEP = 0, 1, 2, 3
+TILES, ONE_TILE, SPREAD, DEEP = LAYOUTS = (0, 1, 2, 3)
 SMS = 132  # SMs of the H200
 SPREAD_COLUMNS = SMS * TILE
 SPREAD_K = 8192

@@ -10,7 +10,7 @@ from ..codegen import RENDERERS
 from ..compiler import choose, lower
 from ..compiler.lower_mma import chunk_k as mma_chunk
 from ..compiler.lower_mma import mma_supported
-from ..compiler.lower_mma_staged import block_warps, mma_warps, staged_max_tiles
+from ..compiler.lower_mma_staged import LAYOUTS, block_warps, mma_warps, staged_max_tiles
 from ..ir import bind_meta, format_program, verify
 from ..kernels import projection_program
 from ..spec import ProjectionSpec
@@ -26,6 +26,8 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
     outputs still spread over the GPU, 2 and 3 one tile and K split over more warps)."""
     if target not in RENDERERS:
         raise ValueError(f"unknown target {target!r}; known: {sorted(RENDERERS)}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {LAYOUTS} (lower_mma_staged.column_layout), got {layout!r}")
     program = projection_program(spec)
     mma = target == "cuda" and tensor_cores() and mma_supported(spec)
     ranges = mma_warps(spec, layout) if mma else 0  # K ranges: the sum order

@@ -325,6 +325,8 @@ def test_column_layouts_of_the_benchmark_shapes_and_their_warps(fresh_kernels, m
         assert [(a.schedule.SG, a.schedule.splits or a.schedule.SG) for a in arts] == want, (bits, layout)
         assert all(a.schedule.BN == 16 and "metile_cp16(" in a.source for a in arts)
         assert sm90_code(ptx(arts[-1], "sm_90"))
+    with pytest.raises(ValueError, match="layout: expected one of"):
+        compile_projection(ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 8, "cuda", 4)
 
 
 @pytest.mark.skipif(find_nvcc() is None, reason="a fatbin needs nvcc (NVRTC gives cubins)")
