@@ -7,7 +7,8 @@
 2. effective weight bandwidth of mlx_metile and stock MLX (and PyTorch where
    installed) for rows x {bf16, int4, int8} x model shapes, each timed product
    using the next weight of a pool several times the 60 MB L2, with the copy
-   roofline measured in the same run.
+   roofline measured in the same run, and (compiled timing) the read floor of each
+   weight: a kernel that only reads its bytes, launched the same way (bench/read_floor.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import mlx.core as mx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/read_floor.py
 import mlx_metile as mt  # noqa: E402
 from mlx_metile.reference import dequantize_exact  # noqa: E402
 
@@ -532,7 +534,29 @@ def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None):
             "gbs_stock": nbytes / t_stock / 1e9,
             "speedup": t_stock / t_ours,
         }
+        if mode == "compiled":
+            key = (fmt, K, N)  # the floor does not depend on the rows: once per pool
+            if key not in _floors:
+                _floors[key] = read_floor_case(pool, x, nbytes)
+            r["read_floor"] = _floors[key]
     return r
+
+
+_floors: dict = {}
+
+
+def read_floor_case(pool: list, x, nbytes: int) -> dict:
+    """The same compiled loop over the same pool with each product replaced by a kernel that
+    only reads the weight's bytes (bench/read_floor.py): what one kernel launched through
+    MLX costs for these bytes."""
+    try:
+        from read_floor import read_all
+
+        floor = mx.compile(lambda x: [read_all(pool[i % len(pool)]) for i in range(PRODUCTS_PER_EVAL)])
+        t = timed(lambda: floor(x)) / PRODUCTS_PER_EVAL
+    except Exception as e:  # no nvcc on the machine: the column stays empty
+        return {"error": repr(e)}
+    return {"t": t, "gbs": nbytes / t / 1e9}
 
 
 def bench_fused(K, N_q, N_kv, N_ff, rows):

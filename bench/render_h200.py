@@ -1,5 +1,6 @@
 """Render bench/h200.py results: a markdown table (median time per product,
-effective weight bandwidth, fraction of the copy roofline of the same run,
+effective weight bandwidth, fraction of the copy roofline of the same run and, where
+measured, of the read floor (bench/read_floor.py),
 speedup over stock MLX) and, where matplotlib is installed, a plot of the
 speedup by rows.
 
@@ -28,16 +29,28 @@ def table(report: dict, mode: str) -> str:
             else "its int4 kernel was not measured in this run."
         ),
         "",
-        "| shape | format | rows | mlx-metile us | GB/s | of roofline | stock MLX us | GB/s | speedup | PyTorch GB/s | vs PyTorch |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    floors = mode == "compiled" and any("gbs" in c.get("read_floor", {}) for c in report["cases"])
+    if floors:
+        lines += [
+            "Read floor: a kernel that only reads the same weight's bytes, launched through MLX like mlx-metile's "
+            "kernels in the same compiled loop over the same pool (bench/read_floor.py): what any one-kernel "
+            'product of those bytes costs there. "of floor" = read floor time / mlx-metile time.',
+            "",
+        ]
+    head = "| shape | format | rows | mlx-metile us | GB/s | of roofline |"
+    head += " read floor GB/s | of floor |" if floors else ""
+    head += " stock MLX us | GB/s | speedup | PyTorch GB/s | vs PyTorch |"
+    lines += [head, "|" + "---|" * (head.count("|") - 1)]
     for c in report["cases"]:
         if mode not in c:
             continue
         r = c[mode]
         lines.append(
             f"| {c['shape']} | {c['format']} | {c['rows']} | {r['t_ours'] * 1e6:.1f} | {r['gbs_ours']:.0f} | "
-            f"{r['gbs_ours'] * 1e9 / roof:.0%} | {r['t_stock'] * 1e6:.1f} | {r['gbs_stock']:.0f} | {r['speedup']:.2f}x | "
+            f"{r['gbs_ours'] * 1e9 / roof:.0%} | "
+            + (floor_cells(c.get("read_floor", {}), r["t_ours"]) if floors else "")
+            + f"{r['t_stock'] * 1e6:.1f} | {r['gbs_stock']:.0f} | {r['speedup']:.2f}x | "
             + (f"{c['torch']['gbs']:.0f} | {c['torch']['t'] / r['t_ours']:.2f}x |" if "torch" in c else "- | - |")
         )
     fused = report.get("fused", {})
@@ -53,6 +66,10 @@ def table(report: dict, mode: str) -> str:
                     f"| {name} | {rows} | {r['t_fused'] * 1e6:.1f} | {r['t_separate'] * 1e6:.1f} | {r['speedup']:.2f}x |"
                 )
     return "\n".join(lines)
+
+
+def floor_cells(floor: dict, t_ours: float) -> str:
+    return f"{floor['gbs']:.0f} | {floor['t'] / t_ours:.0%} | " if "gbs" in floor else "- | - | "
 
 
 def plot(report: dict, mode: str, path: str) -> None:

@@ -63,7 +63,16 @@ SWIZZLE = [
     f"sw3={E}SWIZZLE=1;{E}STAGES=3;{E}SMEM=55",
     f"sw3_nomath={E}SWIZZLE=1;{E}STAGES=3;{E}SMEM=55;HACK=nomath",
     "nomath=HACK=nomath",
+    f"sw4mb3={E}SWIZZLE=1;{E}STAGES=4;{E}SMEM=73;{E}MINBLOCKS=3",
 ]
+# Call 9: at 16 rows, x (loaded per warp from L1/L2, 2x the weight bytes at 16 rows) took about
+# 5 of 25 us on 4-bit 4096 -> 14336 (call 1, nox): 4 tiles per block halve x's loads per weight
+# byte; their rings need 80 KB (SMEM=96, dynamic).
+TILES4 = ["default=", f"t4={E}TILES=4;{E}SMEM=96", f"t4mb2={E}TILES=4;{E}SMEM=96;{E}MINBLOCKS=2", "nox=HACK=nox"]
+SUITE_TILES4 = {
+    f"{fmt}_4096x14336_t4": ([*shape(fmt, 4096, 14336, pool), "--rows", "16"], TILES4)
+    for fmt, pool in (("q4g64", 32), ("q8g64", 16))
+}
 SUITE = {}
 for fmt, pool in (("q4g64", 32), ("q8g64", 16)):
     SUITE[f"{fmt}_gateup_fused"] = (["--format", fmt, "--pool", str(pool // 4), "--rows", "1,8,16,32"], SWIZZLE)
@@ -75,7 +84,7 @@ for fmt, pool in (("q4g64", 32), ("q8g64", 16)):
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "bench/cuda_probe/ab")
     out.mkdir(parents=True, exist_ok=True)
-    for name, (args, variants) in SUITE.items():
+    for name, (args, variants) in SUITE_TILES4.items():
         cmd = [sys.executable, str(HARNESS), str(out / f"{name}.cu"), *args]
         for v in variants:
             cmd += ["--variant", v]
