@@ -25,7 +25,7 @@ def shape(fmt: str, k: int, n: int, pool: int) -> list[str]:
 
 # name: (harness arguments, variants); the first variant is each file's default and reference.
 # The questions of session 7, answered in bench/results/h200-ab-2026-11-29-session7.json (earlier
-# sessions' suites and answers: the other h200-ab-*.json). SUITE holds call 8's (below); the
+# sessions' suites and answers: the other h200-ab-*.json). SUITE holds calls 8 and 9 (below); the
 # variant lists of calls 3-7 are kept for re-running them. Call 1: where a staged kernel's
 # time goes (diagnostics.py: nox = x never loaded, nomath = the ring's copies alone), and whether
 # loading x a stage ahead pays (a knob removed after it). Call 2: deeper rings with fewer warps
@@ -55,8 +55,9 @@ GATEUP = [
 # Call 7: the DEEP layout (lower_mma_staged.column_layout: K in 8 ranges, 8 warps at up to 8
 # rows, 4 warps of two ranges each above) as the new default, against the 4 warps it replaced.
 DEEP = ["default=", f"w4={E}WARPS=4"]
-# Call 8 (prepared for the next session, not run yet): swizzled rings (SWIZZLE=1, rows
-# unpadded) and with them 3 stages in 55 KB, which still lets 4 blocks of 4 warps share an SM.
+# Calls 8 and 9 are answered in bench/results/h200-ab-2026-11-29-session8.json.
+# Call 8: swizzled rings (SWIZZLE=1, rows unpadded) and with them 3 stages in 55 KB, which
+# still lets 4 blocks of 4 warps share an SM, or 4 stages with 3 blocks per SM.
 SWIZZLE = [
     "default=",
     f"sw={E}SWIZZLE=1",
