@@ -41,6 +41,13 @@ SHAPES = {
     "qwen1.5b_gateup_1536x8960": (1536, 8960),
     "qwen1.5b_down_8960x1536": (8960, 1536),
 }
+# Fused products, timed like the single ones: one mlx-metile kernel per product against stock
+# MLX's separate products (then SwiGLU, as mlx-lm computes it) in the same compiled loop.
+# K, the weights' output widths, the epilogue; N below is their sum.
+FUSED_SHAPES = {
+    "llama8b_gateup_swiglu_fused_4096x2x14336": (4096, (14336, 14336), "swiglu"),
+    "llama8b_qkv_fused_4096x6144": (4096, (4096, 1024, 1024), None),
+}
 ROWS = [1, 2, 3, 4, 8, 16, 32]
 MAX_ROWS_CHECKED = 100  # correctness and row invariance up to here (>32: the tiled schedule)
 POOL_BYTES = 480 << 20  # 8x the H200's 60 MB L2
@@ -400,19 +407,31 @@ def copy_roofline() -> tuple[float, str]:
     return 2 * a.nbytes / t, "mlx a + 1, 1 GiB"
 
 
-def make_pool(fmt: str, K: int, N: int):
+def make_weight(fmt: str, K: int, N: int, seed: int) -> tuple:
+    """(w,) for bf16, else MLX's (packed, scales, biases) at group 64."""
+    w = (mx.random.normal((N, K), key=mx.random.key(seed)) * K**-0.5).astype(mx.bfloat16)
+    return (w,) if fmt == "bf16" else tuple(mx.quantize(w, group_size=64, bits=4 if fmt == "int4" else 8))
+
+
+def make_pool(fmt: str, K: int, N: int, widths: tuple[int, ...] = ()):
+    """Weights of one product each, enough to fill POOL_BYTES; with `widths` (a fused
+    product), each entry is a tuple of one weight per width. Returns (pool, bytes per entry)."""
     one = K * N * (2 if fmt == "bf16" else (0.5 if fmt == "int4" else 1.0))
     count = max(4, int(POOL_BYTES // one) + 1)
     pool = []
     for i in range(count):
-        w = (mx.random.normal((N, K), key=mx.random.key(i)) * K**-0.5).astype(mx.bfloat16)
-        if fmt == "bf16":
-            pool.append((w,))
+        if widths:
+            pool.append(tuple(make_weight(fmt, K, n, i * len(widths) + j) for j, n in enumerate(widths)))
         else:
-            pool.append(tuple(mx.quantize(w, group_size=64, bits=4 if fmt == "int4" else 8)))
+            pool.append(make_weight(fmt, K, N, i))
         mx.eval(pool[-1])
-    nbytes = sum(a.nbytes for a in pool[0])
+    nbytes = sum(a.nbytes for a in flat(pool[0]))
     return pool, nbytes
+
+
+def flat(entry: tuple) -> tuple:
+    """The arrays of a pool entry (a fused entry holds one tuple per weight)."""
+    return tuple(a for part in entry for a in (part if isinstance(part, tuple) else (part,)))
 
 
 def torch_graph_timing(torch, pool: list, product, rows: int, K: int, nbytes: int, timing: str) -> dict:
@@ -499,20 +518,43 @@ def product(impl: str, fmt: str, x, p):
     return x @ p[0].T if fmt == "bf16" else mx.quantized_matmul(x, *p, transpose=True, group_size=64, bits=bits)
 
 
-def products(fmt: str, pool: list):
-    """(mlx_metile, stock) functions of x computing PRODUCTS_PER_EVAL products, each with the pool's next weight."""
+def fused_product(impl: str, fmt: str, x, entry: tuple, epilogue: str | None) -> list:
+    """One fused product of x by a pool entry (a weight per output): mlx_metile's one kernel,
+    or stock MLX's products and then SwiGLU (silu(gate) * up, as mlx-lm's MLP)."""
+    if impl == "mlx_metile":
+        bits = 4 if fmt == "int4" else 8
+        ws = [p[0] if fmt == "bf16" else mt.QuantizedWeight(*p, 64, bits) for p in entry]
+        out = mt.fused_linear(x, ws, epilogue=epilogue)
+        return out if isinstance(out, list) else [out]
+    outs = [product("stock", fmt, x, p) for p in entry]
+    if epilogue == "swiglu":
+        gate, up = outs
+        return [gate * mx.sigmoid(gate) * up]
+    return outs
+
+
+def products(fmt: str, pool: list, fused: str | None | bool = False):
+    """(mlx_metile, stock) functions of x computing PRODUCTS_PER_EVAL products, each with the
+    pool's next weight; `fused`: False for single products, else the fused products' epilogue."""
+
+    def one(impl, x, entry):
+        if fused is False:
+            return [product(impl, fmt, x, entry)]
+        return fused_product(impl, fmt, x, entry, fused)
 
     def over_pool(impl):
-        return lambda x: [product(impl, fmt, x, pool[i % len(pool)]) for i in range(PRODUCTS_PER_EVAL)]
+        return lambda x: [y for i in range(PRODUCTS_PER_EVAL) for y in one(impl, x, pool[i % len(pool)])]
 
     return over_pool("mlx_metile"), over_pool("stock")
 
 
-def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None):
+def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None, fused: str | None | bool = False):
     x = mx.random.normal((rows, K)).astype(mx.bfloat16)
     r = {}
-    ours, stock = products(fmt, pool)
+    ours, stock = products(fmt, pool, fused)
 
+    if fused is not False:
+        torch_mod = None  # PyTorch is compared on single products only
     if torch_mod is not None and fmt == "bf16":
         r["torch"] = torch_linear(torch_mod, K, N, rows, nbytes)
     if torch_mod is not None and fmt == "int4":
@@ -552,7 +594,7 @@ def read_floor_case(pool: list, x, nbytes: int) -> dict:
     try:
         from read_floor import read_all
 
-        floor = mx.compile(lambda x: [read_all(pool[i % len(pool)]) for i in range(PRODUCTS_PER_EVAL)])
+        floor = mx.compile(lambda x: [read_all(flat(pool[i % len(pool)])) for i in range(PRODUCTS_PER_EVAL)])
         t = timed(lambda: floor(x)) / PRODUCTS_PER_EVAL
     except Exception as e:  # no nvcc on the machine: the column stays empty
         return {"error": repr(e)}
@@ -606,7 +648,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--correctness", choices=["full", "quick", "grad", "none"], default="full")
-    ap.add_argument("--shapes", nargs="*", default=list(SHAPES))
+    ap.add_argument("--shapes", nargs="*", default=[*SHAPES, *FUSED_SHAPES], choices=[*SHAPES, *FUSED_SHAPES])
     ap.add_argument("--formats", nargs="*", default=["bf16", "int4", "int8"])
     ap.add_argument(
         "--products-per-eval",
@@ -658,12 +700,16 @@ def main() -> int:
     report["torch"] = torch_mod.__version__ if torch_mod is not None else None
     report["cases"] = []
     for shape_name in args.shapes:
-        K, N = SHAPES[shape_name]
+        if shape_name in FUSED_SHAPES:
+            K, widths, fused = FUSED_SHAPES[shape_name]
+            N = sum(widths)
+        else:
+            (K, N), widths, fused = SHAPES[shape_name], (), False
         for fmt in args.formats:
-            pool, nbytes = make_pool(fmt, K, N)
+            pool, nbytes = make_pool(fmt, K, N, widths)
             for rows in rows_list:
                 try:
-                    r = bench_case(fmt, K, N, rows, pool, nbytes, torch_mod)
+                    r = bench_case(fmt, K, N, rows, pool, nbytes, torch_mod, fused)
                 except Exception as e:
                     r = {"error": repr(e)}
                 r.update({"shape": shape_name, "K": K, "N": N, "format": fmt, "rows": rows, "weight_bytes": nbytes})

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-# Up to three buffers of 16-byte words, read grid-stride with four loads in flight per
+# Up to nine buffers (q/k/v's packed weights, scales and biases) of 16-byte words, read grid-stride with four loads in flight per
 # thread; one word written per block, only if the XOR of everything read hits a constant
 # (which keeps the loads and almost never stores). Byte counts must be multiples of 16.
 SOURCE = r"""
@@ -34,9 +34,13 @@ __device__ __forceinline__ unsigned read_words(const uint4* __restrict__ p, int 
   }
   return acc;
 }
-extern "C" __global__ void metile_read_floor(const uint4* a, const uint4* b, const uint4* c, unsigned* out,
-                                             int na, int nb, int nc) {
-  const unsigned acc = read_words(a, na) ^ read_words(b, nb) ^ read_words(c, nc);
+extern "C" __global__ void metile_read_floor(const uint4* a0, const uint4* a1, const uint4* a2, const uint4* a3,
+                                             const uint4* a4, const uint4* a5, const uint4* a6, const uint4* a7,
+                                             const uint4* a8, unsigned* out, int n0, int n1, int n2, int n3, int n4,
+                                             int n5, int n6, int n7, int n8) {
+  const unsigned acc = read_words(a0, n0) ^ read_words(a1, n1) ^ read_words(a2, n2) ^ read_words(a3, n3) ^
+                       read_words(a4, n4) ^ read_words(a5, n5) ^ read_words(a6, n6) ^ read_words(a7, n7) ^
+                       read_words(a8, n8);
   if (acc == 0x9E3779B9u) out[blockIdx.x] = acc;
 }
 """
@@ -53,17 +57,20 @@ def _cubin(arch: str = "sm_90") -> bytes:
         return dst.read_bytes()
 
 
+MAX_BUFFERS = 9
+
+
 def read_all(arrays: tuple[mx.array, ...]) -> mx.array:
-    """Reads every byte of `arrays` (one to three) in one kernel; returns its (meaningless) output."""
-    if not 1 <= len(arrays) <= 3:
-        raise ValueError(f"arrays: expected one to three arrays, got {len(arrays)}")
+    """Reads every byte of `arrays` (one to nine) in one kernel; returns its (meaningless) output."""
+    if not 1 <= len(arrays) <= MAX_BUFFERS:
+        raise ValueError(f"arrays: expected one to {MAX_BUFFERS} arrays, got {len(arrays)}")
     counts = []
     for a in arrays:
         if a.nbytes % 16:
             raise ValueError(f"arrays: every array must hold a multiple of 16 bytes, got {a.nbytes}")
         counts.append(a.nbytes // 16)
-    inputs = list(arrays) + [arrays[0]] * (3 - len(arrays))
-    counts += [0] * (3 - len(arrays))
+    inputs = list(arrays) + [arrays[0]] * (MAX_BUFFERS - len(arrays))
+    counts += [0] * (MAX_BUFFERS - len(arrays))
     (out,) = mx.fast.precompiled_cuda_kernel(
         name="metile_read_floor",
         compiled_source=_cubin(),
