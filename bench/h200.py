@@ -543,6 +543,11 @@ def products(fmt: str, pool: list, fused: str | None | bool = False):
         return fused_product(impl, fmt, x, entry, fused)
 
     def over_pool(impl):
+        # fused products take a list of one x per product: with a single x, mx.compile merged
+        # stock MLX's repeated products (same x, same pool entry) once SwiGLU followed them
+        # (2 x 117 MB of bf16 weights in 8 us), so each product gets its own x
+        if fused is not False:
+            return lambda xs: [y for i in range(PRODUCTS_PER_EVAL) for y in one(impl, xs[i], pool[i % len(pool)])]
         return lambda x: [y for i in range(PRODUCTS_PER_EVAL) for y in one(impl, x, pool[i % len(pool)])]
 
     return over_pool("mlx_metile"), over_pool("stock")
@@ -550,6 +555,12 @@ def products(fmt: str, pool: list, fused: str | None | bool = False):
 
 def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None, fused: str | None | bool = False):
     x = mx.random.normal((rows, K)).astype(mx.bfloat16)
+    if fused is not False:  # one x per product (see products)
+        x = [
+            mx.random.normal((rows, K), key=mx.random.key(1000 + i)).astype(mx.bfloat16)
+            for i in range(PRODUCTS_PER_EVAL)
+        ]
+        mx.eval(x)
     r = {}
     ours, stock = products(fmt, pool, fused)
 

@@ -1,0 +1,77 @@
+"""Is a compiled loop of products limited by the GPU or by MLX's host side? On the GPU
+machine, per product: the whole evaluation (submit + run, synchronized) against the time
+`mx.async_eval` takes to return (MLX's host work of building and submitting the command
+buffers; the GPU runs behind it). Where the two are close, the host is the limit and no
+kernel change moves the time.
+
+    python bench/host_bound.py --out host_bound.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import mlx.core as mx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import h200  # noqa: E402
+from read_floor import read_all  # noqa: E402
+
+PRODUCTS = 256
+
+
+def measure(fn, x, repeat: int = 7) -> dict:
+    mx.eval(fn(x))
+    mx.synchronize()
+    total, host = [], []
+    for _ in range(repeat):
+        mx.synchronize()
+        t0 = time.perf_counter()
+        out = fn(x)
+        mx.async_eval(out)
+        t1 = time.perf_counter()
+        mx.synchronize()
+        t2 = time.perf_counter()
+        host.append(t1 - t0)
+        total.append(t2 - t0)
+    return {"total_us": statistics.median(total) / PRODUCTS * 1e6, "host_us": statistics.median(host) / PRODUCTS * 1e6}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    mx.set_default_device(mx.gpu)
+    h200.PRODUCTS_PER_EVAL = PRODUCTS
+    cases = [
+        ("int4", 4096, 4096, (), False),
+        ("int4", 4096, 14336, (), False),
+        ("int4", 4096, 6144, (4096, 1024, 1024), None),
+        ("int4", 4096, 28672, (14336, 14336), "swiglu"),
+    ]
+    results = []
+    for fmt, K, N, widths, fused in cases:
+        pool, nbytes = h200.make_pool(fmt, K, N, widths)
+        x = mx.random.normal((1, K)).astype(mx.bfloat16)
+        if fused is not False:  # one x per product, as h200.products takes them for fused products
+            x = [mx.random.normal((1, K), key=mx.random.key(i)).astype(mx.bfloat16) for i in range(PRODUCTS)]
+        ours, stock = h200.products(fmt, pool, fused)
+        floor = lambda x, pool=pool: [read_all(h200.flat(pool[i % len(pool)])) for i in range(PRODUCTS)]  # noqa: E731
+        for name, fn in (("mlx_metile", ours), ("stock", stock), ("read_floor", floor)):
+            r = {"format": fmt, "K": K, "N": N, "widths": widths, "impl": name, "weight_bytes": nbytes}
+            r.update(measure(mx.compile(fn), x))
+            results.append(r)
+            print(json.dumps(r), flush=True)
+        del pool
+    Path(args.out).write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "rows": 1, "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
