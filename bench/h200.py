@@ -543,9 +543,10 @@ def products(fmt: str, pool: list, fused: str | None | bool = False):
         return fused_product(impl, fmt, x, entry, fused)
 
     def over_pool(impl):
-        # fused products take a list of one x per product: with a single x, mx.compile merged
-        # stock MLX's repeated products (same x, same pool entry) once SwiGLU followed them
-        # (2 x 117 MB of bf16 weights in 8 us), so each product gets its own x
+        # fused products take a list of one x per product: with a single x, stock MLX's
+        # products followed by SwiGLU measured 2 x 117 MB of bf16 weights in 8 us - not all
+        # computed, presumably mx.compile merging the repeats (same x, same pool entry) - so
+        # each product gets its own x
         if fused is not False:
             return lambda xs: [y for i in range(PRODUCTS_PER_EVAL) for y in one(impl, xs[i], pool[i % len(pool)])]
         return lambda x: [y for i in range(PRODUCTS_PER_EVAL) for y in one(impl, x, pool[i % len(pool)])]
