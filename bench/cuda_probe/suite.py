@@ -74,6 +74,25 @@ SUITE_TILES4 = {
     f"{fmt}_4096x14336_t4": ([*shape(fmt, 4096, 14336, pool), "--rows", "16"], TILES4)
     for fmt, pool in (("q4g64", 32), ("q8g64", 16))
 }
+# Call 10: at 16 rows the two-tile kernels hold 163-178 registers (2 blocks, 8 warps per SM; Nsight
+# Compute, session 7: issue slots 27% busy, DRAM 29%, L2 34% - latency-bound). One tile per block
+# (tiles move loads only, so a row bucket may differ) holds fewer, letting 3-4 blocks share an SM.
+TILES1 = [
+    "default=",
+    f"t1={E}TILES=1",
+    f"t1mb3={E}TILES=1;{E}MINBLOCKS=3",
+    f"t1mb4={E}TILES=1;{E}MINBLOCKS=4",
+]
+SUITE_TILES1 = {
+    f"{fmt}_4096x14336_t1": ([*shape(fmt, 4096, 14336, pool), "--rows", "16,32"], TILES1)
+    for fmt, pool in (("q4g64", 32), ("q8g64", 16))
+}
+SUITE_TILES1.update(
+    {
+        f"{fmt}_gateup_fused_t1": (["--format", fmt, "--pool", str(pool // 4), "--rows", "16,32"], TILES1)
+        for fmt, pool in (("q4g64", 32), ("q8g64", 16))
+    }
+)
 SUITE = {}
 for fmt, pool in (("q4g64", 32), ("q8g64", 16)):
     SUITE[f"{fmt}_gateup_fused"] = (["--format", fmt, "--pool", str(pool // 4), "--rows", "1,8,16,32"], SWIZZLE)
@@ -85,7 +104,7 @@ for fmt, pool in (("q4g64", 32), ("q8g64", 16)):
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "bench/cuda_probe/ab")
     out.mkdir(parents=True, exist_ok=True)
-    for name, (args, variants) in SUITE_TILES4.items():
+    for name, (args, variants) in SUITE_TILES1.items():
         cmd = [sys.executable, str(HARNESS), str(out / f"{name}.cu"), *args]
         for v in variants:
             cmd += ["--variant", v]
