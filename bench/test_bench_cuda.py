@@ -1,7 +1,7 @@
 """pytest-benchmark suite for MLX's CUDA backend (the lent H200): mlx_metile,
 stock MLX and, for bf16, PyTorch's F.linear, in the same run, on the issue's
-model shapes, each timed call streaming the next weight of a pool larger than
-the L2. Each round is one eager call and a synchronisation, so host overhead
+model shapes and the fused gate/up+SwiGLU and q/k/v products, each timed call
+streaming the next weight of a pool larger than the L2. Each round is one eager call and a synchronisation, so host overhead
 is included (bench/h200.py reports compiled-graph figures beside eager ones).
 Skipped without a CUDA device; ran on the H200 on 2026-11-29
 (bench/results/h200-2026-11-29-pytest.json). The plain-script entry with the
@@ -57,6 +57,28 @@ def test_cuda_projection(benchmark, shape, fmt, rows, impl):
 
         def call():
             mx.eval(h200.product(impl, fmt, x, pool[next(counter) % len(pool)]))
+
+    benchmark.group = f"{shape} {fmt} rows={rows}"
+    benchmark.extra_info.update({"shape": shape, "format": fmt, "rows": rows, "impl": impl, "weight_bytes": nbytes})
+    benchmark.pedantic(call, rounds=30, iterations=1, warmup_rounds=3)
+
+
+@pytest.mark.parametrize("impl", ["mlx_metile", "stock"])
+@pytest.mark.parametrize("rows", h200.ROWS)
+@pytest.mark.parametrize("fmt", ["bf16", "int4", "int8"])
+@pytest.mark.parametrize("shape", list(h200.FUSED_SHAPES))
+def test_cuda_fused(benchmark, shape, fmt, rows, impl):
+    """One fused kernel (mlx_metile) against stock MLX's separate products (then SwiGLU)."""
+    K, widths, epilogue = h200.FUSED_SHAPES[shape]
+    if (shape, fmt) not in _pools:
+        _pools.clear()
+        _pools[(shape, fmt)] = h200.make_pool(fmt, K, sum(widths), widths)
+    pool, nbytes = _pools[(shape, fmt)]
+    counter = itertools.count()
+    x = mx.random.normal((rows, K)).astype(mx.bfloat16)
+
+    def call():
+        mx.eval(h200.fused_product(impl, fmt, x, pool[next(counter) % len(pool)], epilogue))
 
     benchmark.group = f"{shape} {fmt} rows={rows}"
     benchmark.extra_info.update({"shape": shape, "format": fmt, "rows": rows, "impl": impl, "weight_bytes": nbytes})
