@@ -16,9 +16,10 @@ from pathlib import Path
 
 import mlx.core as mx
 
-# Up to nine buffers (q/k/v's packed weights, scales and biases) of 16-byte words, read grid-stride with four loads in flight per
-# thread; one word written per block, only if the XOR of everything read hits a constant
-# (which keeps the loads and almost never stores). Byte counts must be multiples of 16.
+# Up to nine buffers (q/k/v's packed weights, scales and biases) of 16-byte words, read
+# grid-stride with four loads in flight per thread; one word written per block, only if the
+# XOR of everything read hits a constant (which keeps the loads and almost never stores).
+# Byte counts must be multiples of 16.
 SOURCE = r"""
 __device__ __forceinline__ unsigned read_words(const uint4* __restrict__ p, int n) {
   const int stride = gridDim.x * blockDim.x;
