@@ -26,6 +26,10 @@ from read_floor import read_all  # noqa: E402
 PRODUCTS = 256
 
 
+def as_list(out) -> list:
+    return out if isinstance(out, list) else [out]
+
+
 def measure(fn, x, repeat: int = 7) -> dict:
     mx.eval(fn(x))
     mx.synchronize()
@@ -62,8 +66,13 @@ def main() -> int:
         if fused is not False:  # one x per product, as h200.products takes them for fused products
             x = [mx.random.normal((1, K), key=mx.random.key(i)).astype(mx.bfloat16) for i in range(PRODUCTS)]
         ours, stock = h200.products(fmt, pool, fused)
-        floor = lambda x, pool=pool: [read_all(h200.flat(pool[i % len(pool)])) for i in range(PRODUCTS)]  # noqa: E731
-        for name, fn in (("mlx_metile", ours), ("stock", stock), ("read_floor", floor)):
+        impls = {"mlx_metile": ours, "stock": stock}
+        # the read floor with one output, and with as many as ours has (q/k/v: 3)
+        for outputs in sorted({1, max(1, len(widths)) if fused is None else 1}):
+            impls[f"read_floor_{outputs}_outputs"] = lambda x, pool=pool, n=outputs: [
+                y for i in range(PRODUCTS) for y in as_list(read_all(h200.flat(pool[i % len(pool)]), n))
+            ]
+        for name, fn in impls.items():
             r = {"format": fmt, "K": K, "N": N, "widths": widths, "impl": name, "weight_bytes": nbytes}
             r.update(measure(mx.compile(fn), x))
             results.append(r)

@@ -61,8 +61,10 @@ def _cubin(arch: str = "sm_90") -> bytes:
 MAX_BUFFERS = 9
 
 
-def read_all(arrays: tuple[mx.array, ...]) -> mx.array:
-    """Reads every byte of `arrays` (one to nine) in one kernel; returns its (meaningless) output."""
+def read_all(arrays: tuple[mx.array, ...], outputs: int = 1) -> mx.array:
+    """Reads every byte of `arrays` (one to nine) in one kernel; returns its (meaningless)
+    output. `outputs` > 1 gives the op that many outputs (the kernel writes the first only),
+    to time what an op's outputs cost MLX's host side (bench/host_bound.py)."""
     if not 1 <= len(arrays) <= MAX_BUFFERS:
         raise ValueError(f"arrays: expected one to {MAX_BUFFERS} arrays, got {len(arrays)}")
     counts = []
@@ -72,16 +74,16 @@ def read_all(arrays: tuple[mx.array, ...]) -> mx.array:
         counts.append(a.nbytes // 16)
     inputs = list(arrays) + [arrays[0]] * (MAX_BUFFERS - len(arrays))
     counts += [0] * (MAX_BUFFERS - len(arrays))
-    (out,) = mx.fast.precompiled_cuda_kernel(
+    outs = mx.fast.precompiled_cuda_kernel(
         name="metile_read_floor",
         compiled_source=_cubin(),
         inputs=inputs,
-        output_shapes=[(BLOCKS,)],
-        output_dtypes=[mx.uint32],
+        output_shapes=[(BLOCKS,)] * outputs,
+        output_dtypes=[mx.uint32] * outputs,
         scalars=counts,
         grid=(BLOCKS * THREADS, 1, 1),
         threadgroup=(THREADS, 1, 1),
         shared_memory=0,
         ensure_row_contiguous=True,
     )
-    return out
+    return outs[0] if outputs == 1 else outs
