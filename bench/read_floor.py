@@ -44,6 +44,16 @@ extern "C" __global__ void metile_read_floor(const uint4* a0, const uint4* a1, c
                        read_words(a8, n8);
   if (acc == 0x9E3779B9u) out[blockIdx.x] = acc;
 }
+// the same with three outputs (q/k/v's count), written as rarely
+extern "C" __global__ void metile_read_floor_3(const uint4* a0, const uint4* a1, const uint4* a2, const uint4* a3,
+                                               const uint4* a4, const uint4* a5, const uint4* a6, const uint4* a7,
+                                               const uint4* a8, unsigned* out, unsigned* out1, unsigned* out2, int n0,
+                                               int n1, int n2, int n3, int n4, int n5, int n6, int n7, int n8) {
+  const unsigned acc = read_words(a0, n0) ^ read_words(a1, n1) ^ read_words(a2, n2) ^ read_words(a3, n3) ^
+                       read_words(a4, n4) ^ read_words(a5, n5) ^ read_words(a6, n6) ^ read_words(a7, n7) ^
+                       read_words(a8, n8);
+  if (acc == 0x9E3779B9u) out[blockIdx.x] = out1[blockIdx.x] = out2[blockIdx.x] = acc;
+}
 """
 BLOCKS = 2048  # about 16 blocks of 256 threads per SM of the H200: the fastest plain read measured
 THREADS = 256  # (bench/results/h200-ab-2026-11-29-session7.json, fixed_cost)
@@ -63,8 +73,10 @@ MAX_BUFFERS = 9
 
 def read_all(arrays: tuple[mx.array, ...], outputs: int = 1) -> mx.array:
     """Reads every byte of `arrays` (one to nine) in one kernel; returns its (meaningless)
-    output. `outputs` > 1 gives the op that many outputs (the kernel writes the first only),
-    to time what an op's outputs cost MLX's host side (bench/host_bound.py)."""
+    output. `outputs` = 3 gives the op three outputs (as fused q/k/v has), to time what an op's
+    outputs cost MLX's host side (bench/host_bound.py)."""
+    if outputs not in (1, 3):
+        raise ValueError(f"outputs: expected 1 or 3, got {outputs}")
     if not 1 <= len(arrays) <= MAX_BUFFERS:
         raise ValueError(f"arrays: expected one to {MAX_BUFFERS} arrays, got {len(arrays)}")
     counts = []
@@ -75,7 +87,7 @@ def read_all(arrays: tuple[mx.array, ...], outputs: int = 1) -> mx.array:
     inputs = list(arrays) + [arrays[0]] * (MAX_BUFFERS - len(arrays))
     counts += [0] * (MAX_BUFFERS - len(arrays))
     outs = mx.fast.precompiled_cuda_kernel(
-        name="metile_read_floor",
+        name="metile_read_floor" if outputs == 1 else "metile_read_floor_3",
         compiled_source=_cubin(),
         inputs=inputs,
         output_shapes=[(BLOCKS,)] * outputs,
