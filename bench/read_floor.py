@@ -35,6 +35,7 @@ __device__ __forceinline__ unsigned read_words(const uint4* __restrict__ p, int 
   }
   return acc;
 }
+#if OUTPUTS == 1
 extern "C" __global__ void metile_read_floor(const uint4* a0, const uint4* a1, const uint4* a2, const uint4* a3,
                                              const uint4* a4, const uint4* a5, const uint4* a6, const uint4* a7,
                                              const uint4* a8, unsigned* out, int n0, int n1, int n2, int n3, int n4,
@@ -44,7 +45,7 @@ extern "C" __global__ void metile_read_floor(const uint4* a0, const uint4* a1, c
                        read_words(a8, n8);
   if (acc == 0x9E3779B9u) out[blockIdx.x] = acc;
 }
-// the same with three outputs (q/k/v's count), written as rarely
+#else  // the same with three outputs (q/k/v's count), written as rarely
 extern "C" __global__ void metile_read_floor_3(const uint4* a0, const uint4* a1, const uint4* a2, const uint4* a3,
                                                const uint4* a4, const uint4* a5, const uint4* a6, const uint4* a7,
                                                const uint4* a8, unsigned* out, unsigned* out1, unsigned* out2, int n0,
@@ -54,17 +55,24 @@ extern "C" __global__ void metile_read_floor_3(const uint4* a0, const uint4* a1,
                        read_words(a8, n8);
   if (acc == 0x9E3779B9u) out[blockIdx.x] = out1[blockIdx.x] = out2[blockIdx.x] = acc;
 }
+#endif
 """
 BLOCKS = 2048  # about 16 blocks of 256 threads per SM of the H200: the fastest plain read measured
 THREADS = 256  # (bench/results/h200-ab-2026-11-29-session7.json, fixed_cost)
 
 
-@lru_cache(maxsize=1)
-def _cubin(arch: str = "sm_90") -> bytes:
+@lru_cache(maxsize=2)
+def _binary(outputs: int, arch: str = "sm_90") -> bytes:
+    """The entry for `outputs` alone, as a compressed fatbin like mlx-metile's kernels: MLX
+    hashes a precompiled kernel's whole binary at every launch, so a larger binary would
+    add host time the products do not pay (an earlier two-entry cubin of 19 KB did)."""
     with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp) / "read_floor.cu", Path(tmp) / "read_floor.cubin"
+        src, dst = Path(tmp) / "read_floor.cu", Path(tmp) / "read_floor.fatbin"
         src.write_text(SOURCE)
-        subprocess.run(["nvcc", "-cubin", f"-arch={arch}", "-O3", str(src), "-o", str(dst)], check=True)
+        target = [f"-gencode=arch=compute_{arch[3:]},code={arch}", "-Xfatbin=-compress-all"]
+        subprocess.run(
+            ["nvcc", "-fatbin", *target, "-O3", f"-DOUTPUTS={outputs}", str(src), "-o", str(dst)], check=True
+        )
         return dst.read_bytes()
 
 
@@ -88,7 +96,7 @@ def read_all(arrays: tuple[mx.array, ...], outputs: int = 1) -> mx.array:
     counts += [0] * (MAX_BUFFERS - len(arrays))
     outs = mx.fast.precompiled_cuda_kernel(
         name="metile_read_floor" if outputs == 1 else "metile_read_floor_3",
-        compiled_source=_cubin(),
+        compiled_source=_binary(outputs),
         inputs=inputs,
         output_shapes=[(BLOCKS,)] * outputs,
         output_dtypes=[mx.uint32] * outputs,
