@@ -38,6 +38,12 @@ def table(report: dict, mode: str) -> str:
             'product of those bytes costs there. "of floor" = read floor time / mlx-metile time.',
             "",
         ]
+    if mode == "compiled" and any("host_ours" in c.get(mode, {}) for c in report["cases"]):
+        lines += [
+            f"An entry marked {HOST_MARK}: at least {HOST_BOUND:.0%} of its time was the host's part (until `mx.async_eval` "
+            "returned): MLX's host work, not the GPU, set that time.",
+            "",
+        ]
     head = "| shape | format | rows | mlx-metile us | GB/s | of roofline |"
     head += " read floor GB/s | of floor |" if floors else ""
     head += " stock MLX us | GB/s | speedup | PyTorch GB/s | vs PyTorch |"
@@ -47,10 +53,10 @@ def table(report: dict, mode: str) -> str:
             continue
         r = c[mode]
         lines.append(
-            f"| {c['shape']} | {c['format']} | {c['rows']} | {r['t_ours'] * 1e6:.1f} | {r['gbs_ours']:.0f} | "
+            f"| {c['shape']} | {c['format']} | {c['rows']} | {us(r['t_ours'], r.get('host_ours'))} | {r['gbs_ours']:.0f} | "
             f"{r['gbs_ours'] * 1e9 / roof:.0%} | "
             + (floor_cells(c.get("read_floor", {}), r["t_ours"]) if floors else "")
-            + f"{r['t_stock'] * 1e6:.1f} | {r['gbs_stock']:.0f} | {r['speedup']:.2f}x | "
+            + f"{us(r['t_stock'], r.get('host_stock'))} | {r['gbs_stock']:.0f} | {r['speedup']:.2f}x | "
             + (f"{c['torch']['gbs']:.0f} | {c['torch']['t'] / r['t_ours']:.2f}x |" if "torch" in c else "- | - |")
         )
     fused = report.get("fused", {})
@@ -68,8 +74,19 @@ def table(report: dict, mode: str) -> str:
     return "\n".join(lines)
 
 
+HOST_BOUND = 0.9  # host part / whole time from which a time is marked host-bound
+HOST_MARK = "(h)"
+
+
+def us(t: float, host: float | None) -> str:
+    """A time in us, marked where the host's part of it was at least HOST_BOUND."""
+    return f"{t * 1e6:.1f}" + (f" {HOST_MARK}" if host is not None and host >= HOST_BOUND * t else "")
+
+
 def floor_cells(floor: dict, t_ours: float) -> str:
-    return f"{floor['gbs']:.0f} | {floor['t'] / t_ours:.0%} | " if "gbs" in floor else "- | - | "
+    if "gbs" not in floor:
+        return "- | - | "
+    return f"{floor['gbs']:.0f}{' ' + HOST_MARK if floor.get('host', 0) >= HOST_BOUND * floor['t'] else ''} | {floor['t'] / t_ours:.0%} | "
 
 
 def plot(report: dict, mode: str, path: str) -> None:
