@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -30,21 +29,9 @@ def as_list(out) -> list:
     return out if isinstance(out, list) else [out]
 
 
-def measure(fn, x, repeat: int = 7) -> dict:
-    mx.eval(fn(x))
-    mx.synchronize()
-    total, host = [], []
-    for _ in range(repeat):
-        mx.synchronize()
-        t0 = time.perf_counter()
-        out = fn(x)
-        mx.async_eval(out)
-        t1 = time.perf_counter()
-        mx.synchronize()
-        t2 = time.perf_counter()
-        host.append(t1 - t0)
-        total.append(t2 - t0)
-    return {"total_us": statistics.median(total) / PRODUCTS * 1e6, "host_us": statistics.median(host) / PRODUCTS * 1e6}
+def measure(fn, x) -> dict:
+    total, host = h200.timed_with_host(lambda: fn(x))
+    return {"total_us": total / PRODUCTS * 1e6, "host_us": host / PRODUCTS * 1e6}
 
 
 def main() -> int:
