@@ -556,9 +556,10 @@ def products(fmt: str, pool: list, fused: str | None | bool = False):
         # products followed by SwiGLU measured 2 x 117 MB of bf16 weights in 8 us - not all
         # computed, presumably mx.compile merging the repeats (same x, same pool entry) - so
         # each product gets its own x
-        if fused is not False:
-            return lambda xs: [y for i in range(PRODUCTS_PER_EVAL) for y in one(impl, xs[i], pool[i % len(pool)])]
-        return lambda x: [y for i in range(PRODUCTS_PER_EVAL) for y in one(impl, x, pool[i % len(pool)])]
+        def x_of(x, i):
+            return x[i] if fused is not False else x
+
+        return lambda x: [y for i in range(PRODUCTS_PER_EVAL) for y in one(impl, x_of(x, i), pool[i % len(pool)])]
 
     return over_pool("mlx_metile"), over_pool("stock")
 
