@@ -1,8 +1,9 @@
 """pytest-benchmark suite for MLX's CUDA backend (the lent H200): mlx_metile,
 stock MLX and, for bf16, PyTorch's F.linear, in the same run, on the issue's
 model shapes and the fused gate/up+SwiGLU and q/k/v products, each timed call
-streaming the next weight of a pool larger than the L2. Each round is one eager call and a synchronisation, so host overhead
-is included (bench/h200.py reports compiled-graph figures beside eager ones).
+streaming the next weight of a pool larger than the L2. Each round is one eager
+call and a synchronisation, so host overhead is included (bench/h200.py reports
+compiled-graph figures beside eager ones).
 Skipped without a CUDA device; ran on the H200 on 2026-11-29
 (bench/results/h200-2026-11-29-pytest.json). The plain-script entry with the
 copy roofline and the correctness matrix is bench/h200.py.
@@ -26,10 +27,15 @@ _pools: dict[tuple[str, str], tuple[list, int]] = {}
 
 
 def _pool(shape: str, fmt: str):
+    """(pool, bytes per entry) of a single or a fused shape of bench/h200.py."""
     if (shape, fmt) not in _pools:
         _pools.clear()  # one pool resident at a time: each is about 480 MB
-        K, N = h200.SHAPES[shape]
-        _pools[(shape, fmt)] = h200.make_pool(fmt, K, N)
+        if shape in h200.FUSED_SHAPES:
+            K, widths, _ = h200.FUSED_SHAPES[shape]
+            _pools[(shape, fmt)] = h200.make_pool(fmt, K, sum(widths), widths)
+        else:
+            K, N = h200.SHAPES[shape]
+            _pools[(shape, fmt)] = h200.make_pool(fmt, K, N)
     return _pools[(shape, fmt)]
 
 
@@ -69,11 +75,8 @@ def test_cuda_projection(benchmark, shape, fmt, rows, impl):
 @pytest.mark.parametrize("shape", list(h200.FUSED_SHAPES))
 def test_cuda_fused(benchmark, shape, fmt, rows, impl):
     """One fused kernel (mlx_metile) against stock MLX's separate products (then SwiGLU)."""
-    K, widths, epilogue = h200.FUSED_SHAPES[shape]
-    if (shape, fmt) not in _pools:
-        _pools.clear()
-        _pools[(shape, fmt)] = h200.make_pool(fmt, K, sum(widths), widths)
-    pool, nbytes = _pools[(shape, fmt)]
+    K, _, epilogue = h200.FUSED_SHAPES[shape]
+    pool, nbytes = _pool(shape, fmt)
     counter = itertools.count()
     x = mx.random.normal((rows, K)).astype(mx.bfloat16)
 

@@ -1,7 +1,7 @@
 """Generate the standing set of MLX-free A/B harnesses (bench/cuda_probe/generated_harness.py)
 into a folder git ignores, to carry to the GPU machine and run with run_ab.sh:
 
-    python bench/cuda_probe/suite.py bench/cuda_probe/ab
+    python bench/cuda_probe/suite.py bench/cuda_probe/ab [CALL]   # CALL: a key of SUITES, default the last
     # device, carrying bench/cuda_probe/ab:  bash bench/cuda_probe/run_ab.sh $OUT bench/cuda_probe/ab/*.cu
 
 Each file compares the default kernels of one shape and format with alternatives
@@ -25,7 +25,7 @@ def shape(fmt: str, k: int, n: int, pool: int) -> list[str]:
 
 # name: (harness arguments, variants); the first variant is each file's default and reference.
 # The questions of session 7, answered in bench/results/h200-ab-2026-11-29-session7.json (earlier
-# sessions' suites and answers: the other h200-ab-*.json). SUITE holds calls 8 and 9 (below); the
+# sessions' suites and answers: the other h200-ab-*.json). SUITES holds calls 8-10 (below); the
 # variant lists of calls 3-7 are kept for re-running them. Call 1: where a staged kernel's
 # time goes (diagnostics.py: nox = x never loaded, nomath = the ring's copies alone), and whether
 # loading x a stage ahead pays (a knob removed after it). Call 2: deeper rings with fewer warps
@@ -55,7 +55,7 @@ GATEUP = [
 # Call 7: the DEEP layout (lower_mma_staged.column_layout: K in 8 ranges, 8 warps at up to 8
 # rows, 4 warps of two ranges each above) as the new default, against the 4 warps it replaced.
 DEEP = ["default=", f"w4={E}WARPS=4"]
-# Calls 8 and 9 are answered in bench/results/h200-ab-2026-11-29-session8.json.
+# Calls 8-10 are answered in bench/results/h200-ab-2026-11-29-session8.json.
 # Call 8: swizzled rings (SWIZZLE=1, rows unpadded) and with them 3 stages in 55 KB, which
 # still lets 4 blocks of 4 warps share an SM, or 4 stages with 3 blocks per SM.
 SWIZZLE = [
@@ -93,18 +93,23 @@ SUITE_TILES1.update(
         for fmt, pool in (("q4g64", 32), ("q8g64", 16))
     }
 )
-SUITE = {}
+SUITE_SWIZZLE = {}
 for fmt, pool in (("q4g64", 32), ("q8g64", 16)):
-    SUITE[f"{fmt}_gateup_fused"] = (["--format", fmt, "--pool", str(pool // 4), "--rows", "1,8,16,32"], SWIZZLE)
+    SUITE_SWIZZLE[f"{fmt}_gateup_fused"] = (["--format", fmt, "--pool", str(pool // 4), "--rows", "1,8,16,32"], SWIZZLE)
     for k, n in ((4096, 4096), (4096, 14336), (14336, 4096)):
         args = shape(fmt, k, n, pool * (4 if k * n < 2**25 else 1))
-        SUITE[f"{fmt}_{k}x{n}"] = ([*args, "--rows", "1,8,16,32"], SWIZZLE)
+        SUITE_SWIZZLE[f"{fmt}_{k}x{n}"] = ([*args, "--rows", "1,8,16,32"], SWIZZLE)
+# by call number; the last is generated unless another is named
+SUITES = {8: SUITE_SWIZZLE, 9: SUITE_TILES4, 10: SUITE_TILES1}
 
 
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "bench/cuda_probe/ab")
+    call = int(sys.argv[2]) if len(sys.argv) > 2 else max(SUITES)
+    if call not in SUITES:
+        raise SystemExit(f"call: expected one of {sorted(SUITES)}, got {call}")
     out.mkdir(parents=True, exist_ok=True)
-    for name, (args, variants) in SUITE_TILES1.items():
+    for name, (args, variants) in SUITES[call].items():
         cmd = [sys.executable, str(HARNESS), str(out / f"{name}.cu"), *args]
         for v in variants:
             cmd += ["--variant", v]
