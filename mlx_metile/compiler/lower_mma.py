@@ -87,6 +87,7 @@ ALLOWED = {
     "interleave": (0, 1),
     "swizzle": (0, 1),
     "rowsplit": (1, 2, 4),
+    "xahead": (0, 1),
 }
 SPLIT_ALIGN = 4  # chunks: each warp's range starts at a multiple of this where K allows
 
@@ -333,6 +334,10 @@ class MMALowering(_Lowering):
         condition is false."""
         return self.x_loads(b, ch, live) + self.weight_loads(b, ch, live, nacc)
 
+    def x_name(self, r: int, sl: int, b: int) -> str:
+        """The register holding chunk b's x slice `sl` of row tile r (x_loads' names)."""
+        return f"xv{r}_{sl}_{b}"
+
     def x_loads(self, b: int, ch: str, live: str | None) -> list[Load]:
         """The lane's x: per row tile, its quarter of the chunk in 16-byte slices."""
         kq = f"({ch}) * {self.ck} + t * {self.quarter}"
@@ -406,7 +411,7 @@ class MMALowering(_Lowering):
                     # 8 consecutive k per lane: slots (2t, 2t+1) and (2t+8, 2t+9) take pairs 0,1 then 2,3
                     for p0, p1 in (("x", "y"), ("z", "w")):
                         for r in range(rt):
-                            xv = f"xv{r}_0_{b}"
+                            xv = self.x_name(r, 0, b)
                             out.append(
                                 f"  {mma}(c{j}_{tile}[{r}], {wa}.{p0}, {wb}.{p0}, {wa}.{p1}, {wb}.{p1}, {xv}.{p0}, {xv}.{p1});"
                             )
@@ -423,7 +428,7 @@ class MMALowering(_Lowering):
         for r in range(rt):
             out.append(f"  float cx{r}[4] = {{}};")
             for sl in range(self.slices):
-                xv = f"xv{r}_{sl}_{b}"
+                xv = self.x_name(r, sl, b)
                 out.append(f"  {mma}(cx{r}, {ones}, {xv}.x, {xv}.y);")
                 out.append(f"  {mma}(cx{r}, {ones}, {xv}.z, {xv}.w);")
         groups = ("A", "B") if self.wide else ("",)
@@ -434,7 +439,7 @@ class MMALowering(_Lowering):
             for i in range(self.words):
                 sl, off = divmod(i * k_per_word, 8)  # which 16-byte x slice, and where in it
                 for p in range(0, pairs, 2):
-                    b0, b1 = self.x_pairs(f"xv{r}_{sl}_{b}", off, w.bits, p)
+                    b0, b1 = self.x_pairs(self.x_name(r, sl, b), off, w.bits, p)
                     out.append(f"  const unsigned xb{r}_{i}_{p}_0 = {b0}, xb{r}_{i}_{p}_1 = {b1};")
                     for grp in groups if self.wide else ():  # x on this group's lanes only
                         xb = f"xb{r}_{i}_{p}"

@@ -57,6 +57,14 @@ def swizzled() -> bool:
     return mma_override("swizzle") == 1
 
 
+def x_ahead() -> bool:
+    """MLX_METILE_CUDA_MMA_XAHEAD=1: x loaded one group ahead, into two alternating register
+    sets (a stage's groups are even), each group's weights read from the ring just before its
+    math, instead of the stage's x and weights all at its top - fewer live registers, with x's
+    latency hidden behind one group's math. Moves loads only: no sum changes."""
+    return mma_override("xahead") == 1
+
+
 def row_pad() -> int:
     return 0 if swizzled() else PAD
 
@@ -307,6 +315,7 @@ class StagedMMALowering(MMALowering):
         self.own_pieces = self.pieces // self.row_groups
         self.scale_passes = -(-self.nrows // 32)  # warp-wide passes copying a stage's scales
         self.interleave = interleaved()
+        self.x_ahead = x_ahead()
         if self.per_warp not in (1, 2) or (self.per_warp > 1 and self.interleave):
             raise LowerError(f"{program.name}: {self.per_warp} K ranges per warp (1 or 2, not interleaved)")
 
@@ -327,6 +336,10 @@ class StagedMMALowering(MMALowering):
         if self.interleave:
             return f"((({stage}) * {self.s.SG} + warp) * {self.groups})"
         return f"(c_begin + ({stage}) * {self.groups})"
+
+    def x_name(self, r: int, sl: int, b: int) -> str:
+        """x one group ahead: chunk b's x in register set b % 2."""
+        return super().x_name(r, sl, b % 2 if self.x_ahead else b)
 
     # -- shared -> lanes ---------------------------------------------------------
     def weight_loads(self, b: int, ch: str, live: str | None, nacc: int) -> list[Load]:
@@ -486,9 +499,13 @@ class StagedMMALowering(MMALowering):
             lines.append("}")
             lines.append("metile_cp_commit();")
         body = []
-        for b in range(groups):
-            for ld in self.x_loads(b, f"ch0 + {b}", None):
-                body.append(f"const {ld.typ} {ld.name} = {ld.value()};")
+        if self.x_ahead:  # stage 0's first group into set 0; set 1 declared
+            lines += [f"{ld.typ} {ld.name} = {ld.value()};" for ld in self.x_loads(0, self.stage_chunk("0"), "0 < nst")]
+            lines += [f"{ld.typ} {ld.name};" for ld in self.x_loads(1, "0", None)]
+        else:
+            for b in range(groups):
+                for ld in self.x_loads(b, f"ch0 + {b}", None):
+                    body.append(f"const {ld.typ} {ld.name} = {ld.value()};")
         body.append(f"metile_cp_wait<{stages - 2}>();")
         if self.row_groups > 1:
             # the R warps of this K range: every copy of stage st visible to all, and every read of
@@ -502,11 +519,23 @@ class StagedMMALowering(MMALowering):
         body.append("}")
         body.append("metile_cp_commit();")
         body.append(f"const unsigned char* const slot = ring + rd * {self.slot};")
-        for b in range(groups):
-            for ld in self.weight_loads(b, f"ch0 + {b}", None, nacc):
-                body.append(f"const {ld.typ} {ld.name} = *reinterpret_cast<const {ld.typ}*>({ld.addr});")
-        for b in range(groups):
-            body += self.chunk_math(b, nacc, mma)
+
+        def shared_loads(b: int) -> list[str]:
+            return [
+                f"const {ld.typ} {ld.name} = *reinterpret_cast<const {ld.typ}*>({ld.addr});"
+                for ld in self.weight_loads(b, f"ch0 + {b}", None, nacc)
+            ]
+
+        if self.x_ahead:  # per group: the next group's x (the next stage's first), its weights, its math
+            for b in range(groups):
+                ahead = (f"ch0 + {b + 1}", None) if b + 1 < groups else (self.stage_chunk("st + 1"), "st + 1 < nst")
+                body += [f"{ld.name} = {ld.value()};" for ld in self.x_loads((b + 1) % 2, *ahead)]
+                body += shared_loads(b) + self.chunk_math(b, nacc, mma)
+        else:
+            for b in range(groups):
+                body += shared_loads(b)
+            for b in range(groups):
+                body += self.chunk_math(b, nacc, mma)
         if self.per_warp > 1:  # the end of the warp's first K range
             body.append(f"if (st + 1 == per_warp / {groups}) {{")
             body += ["  " + ln for ln in self.move_partials("early[warp]", nacc)]
