@@ -93,30 +93,17 @@ SUITE_TILES1.update(
         for fmt, pool in (("q4g64", 32), ("q8g64", 16))
     }
 )
-# Call 11 (session 9): row split (lower_mma_staged.row_groups) - 2 or 4 warps per K range
-# sharing its ring, each with a share of the rows, registers capped for 16 warps per SM
-# (mb1: 1 block per SM, no tighter cap than 255 registers), at 16 and 32 rows.
-ROWSPLIT = [
-    "default=",
-    f"rs2={E}ROWSPLIT=2",
-    f"rs4={E}ROWSPLIT=4",
-    f"rs2mb1={E}ROWSPLIT=2;{E}MINBLOCKS=1",
-]
-SUITE_ROWSPLIT = {}
-for fmt, pool in (("q4g64", 32), ("q8g64", 16)):
-    SUITE_ROWSPLIT[f"{fmt}_gateup_fused_rs"] = (["--format", fmt, "--pool", str(pool // 4), "--rows", "16,32"], ROWSPLIT)
-    for k, n in ((4096, 4096), (4096, 14336), (14336, 4096), (1536, 8960), (8960, 1536)):
-        args = shape(fmt, k, n, pool * (4 if k * n < 2**25 else 1))
-        SUITE_ROWSPLIT[f"{fmt}_{k}x{n}_rs"] = ([*args, "--rows", "16,32"], ROWSPLIT)
-SUITE_ROWSPLIT["bf16_4096x14336_rs"] = ([*shape("bf16", 4096, 14336, 8), "--rows", "16,32"], ROWSPLIT)
 SUITE_SWIZZLE = {}
 for fmt, pool in (("q4g64", 32), ("q8g64", 16)):
     SUITE_SWIZZLE[f"{fmt}_gateup_fused"] = (["--format", fmt, "--pool", str(pool // 4), "--rows", "1,8,16,32"], SWIZZLE)
     for k, n in ((4096, 4096), (4096, 14336), (14336, 4096)):
         args = shape(fmt, k, n, pool * (4 if k * n < 2**25 else 1))
         SUITE_SWIZZLE[f"{fmt}_{k}x{n}"] = ([*args, "--rows", "1,8,16,32"], SWIZZLE)
+# Calls 11-13 (session 9, bench/results/h200-ab-2026-11-29-session9.json) tried knobs that were
+# removed after them: call 11 is SUITES[11] at commit 69aa49b; calls 12-13 were generated_harness.py
+# command lines, named in that file's notes.
 # by call number; the last is generated unless another is named
-SUITES = {8: SUITE_SWIZZLE, 9: SUITE_TILES4, 10: SUITE_TILES1, 11: SUITE_ROWSPLIT}
+SUITES = {8: SUITE_SWIZZLE, 9: SUITE_TILES4, 10: SUITE_TILES1}
 
 
 def main() -> int:

@@ -83,18 +83,7 @@ __device__ __forceinline__ unsigned metile_q8hi_bf16(unsigned w, int q) {
   return metile_and_or(w >> (8 * q + 4), 0x000F000Fu, 0x45004500u);
 }"""
 
-# A barrier of `threads` threads (whole warps) under `id` (1-15; 0 is __syncthreads'): the warps
-# sharing one K range's ring in the row-split staged schedule.
-NAMED_BARRIER_HELPER = """__device__ __forceinline__ void metile_bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}"""
-
-LOCAL_HELPERS = {
-    "cuda_mma": MMA_HELPERS,
-    "cuda_cp_async": CP_ASYNC_HELPERS,
-    "cuda_q8split": Q8_SPLIT_HELPERS,
-    "cuda_named_barrier": NAMED_BARRIER_HELPER,
-}
+LOCAL_HELPERS = {"cuda_mma": MMA_HELPERS, "cuda_cp_async": CP_ASYNC_HELPERS, "cuda_q8split": Q8_SPLIT_HELPERS}
 
 
 class CUDARenderer(CStyleRenderer):

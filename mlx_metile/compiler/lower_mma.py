@@ -66,12 +66,10 @@ SHARED = {"warps": 4, "wide": 0}
 # `tiles` 2: on the staged ring where it fits and the output is wide enough
 # (lower_mma_staged.staged_max_tiles), +3-39% on the H200 at 1-32 rows for 4096 -> 14336
 # (bench/results/h200-ab-2026-11-29-session5.json, call 13); 1 elsewhere.
-# `rowsplit` (staged schedule only): warps sharing each K range's ring, each taking a share of
-# the row tiles (lower_mma_staged.row_groups); 1 until measured.
 DEFAULTS = {
-    8: {"batch": 2, "tiles": 2, "minblocks": 4, "rowsplit": 1},
-    16: {"batch": 1, "tiles": 2, "minblocks": 0, "rowsplit": 1},
-    32: {"batch": 1, "tiles": 2, "minblocks": 2, "rowsplit": 1},
+    8: {"batch": 2, "tiles": 2, "minblocks": 4},
+    16: {"batch": 1, "tiles": 2, "minblocks": 0},
+    32: {"batch": 1, "tiles": 2, "minblocks": 2},
 }
 ALLOWED = {
     "warps": (1, 2, 4, 8, 16),
@@ -86,8 +84,6 @@ ALLOWED = {
     "q8split": (0, 1),
     "interleave": (0, 1),
     "swizzle": (0, 1),
-    "rowsplit": (1, 2, 4),
-    "xahead": (0, 1),
 }
 SPLIT_ALIGN = 4  # chunks: each warp's range starts at a multiple of this where K allows
 
@@ -112,18 +108,13 @@ def mma_setting(name: str, rows_bucket: int = 8) -> int:
 
 
 def mma_shape(
-    rows_bucket: int,
-    accumulators: int,
-    warps: int | None = None,
-    max_tiles: int = 4,
-    splits: int = 0,
-    row_groups: int = 1,
+    rows_bucket: int, accumulators: int, warps: int | None = None, max_tiles: int = 4, splits: int = 0
 ) -> tuple[int, int]:
     """(warps, column tiles) per block: the settings (warps: the spec's, see
     lower_mma_staged.mma_warps; tiles at most `max_tiles`, what the staged rings
     fit), tiles then warps halved while the partial sums of the K ranges (`splits`,
     else one per warp) would overflow static shared memory, or the partial sums a
-    lane's registers (its rows: a `row_groups`th of the block's). Warps of several K ranges each are never halved (the ranges
+    lane's registers. Warps of several K ranges each are never halved (the ranges
     are the sum order)."""
     warps = warps or mma_setting("warps")
     tiles, rt = min(mma_setting("tiles", rows_bucket), max_tiles), rows_bucket // 8
@@ -132,7 +123,7 @@ def mma_shape(
     def partial_bytes() -> int:
         return (splits if several else warps) * accumulators * tiles * rt * 4 * 32 * 4
 
-    while tiles > 1 and (partial_bytes() > SMEM_LIMIT or tiles * (rt // row_groups) * accumulators > MAX_PARTIALS):
+    while tiles > 1 and (partial_bytes() > SMEM_LIMIT or tiles * rt * accumulators > MAX_PARTIALS):
         tiles //= 2
     while warps > 1 and not several and partial_bytes() > SMEM_LIMIT:
         warps //= 2
@@ -251,8 +242,6 @@ class Load:
 
 
 class MMALowering(_Lowering):
-    shared_ranges = False  # whether several warps may share a K range (schedule.RG > 1)
-
     def __init__(self, program, schedule, divisors, vector_buffers, spec: ProjectionSpec):
         super().__init__(program, schedule, divisors, vector_buffers)
         self.spec = spec
@@ -263,11 +252,7 @@ class MMALowering(_Lowering):
         # K ranges (the sum order) and how many each warp takes, one after the other
         self.splits = schedule.splits or schedule.SG
         self.per_warp = self.splits // schedule.SG
-        # row tiles of 8: the block's, and one warp's (a share of them when several warps
-        # share a K range: lower_mma_staged.row_groups)
-        self.row_groups = schedule.RG
-        self.block_rt = schedule.BM // 8
-        self.rt = self.block_rt // self.row_groups
+        self.rt = schedule.BM // 8  # row tiles of 8
         self.ck = chunk_k(spec)
         self.quarter = self.ck // 4  # k per lane per chunk
         self.slices = self.quarter // 8  # 16-byte slices of x per lane per chunk
@@ -333,10 +318,6 @@ class MMALowering(_Lowering):
         """Every load of chunk `ch` (a C expression) of a batch, zero where its
         condition is false."""
         return self.x_loads(b, ch, live) + self.weight_loads(b, ch, live, nacc)
-
-    def x_name(self, r: int, sl: int, b: int) -> str:
-        """The register holding chunk b's x slice `sl` of row tile r (x_loads' names)."""
-        return f"xv{r}_{sl}_{b}"
 
     def x_loads(self, b: int, ch: str, live: str | None) -> list[Load]:
         """The lane's x: per row tile, its quarter of the chunk in 16-byte slices."""
@@ -411,7 +392,7 @@ class MMALowering(_Lowering):
                     # 8 consecutive k per lane: slots (2t, 2t+1) and (2t+8, 2t+9) take pairs 0,1 then 2,3
                     for p0, p1 in (("x", "y"), ("z", "w")):
                         for r in range(rt):
-                            xv = self.x_name(r, 0, b)
+                            xv = f"xv{r}_0_{b}"
                             out.append(
                                 f"  {mma}(c{j}_{tile}[{r}], {wa}.{p0}, {wb}.{p0}, {wa}.{p1}, {wb}.{p1}, {xv}.{p0}, {xv}.{p1});"
                             )
@@ -428,7 +409,7 @@ class MMALowering(_Lowering):
         for r in range(rt):
             out.append(f"  float cx{r}[4] = {{}};")
             for sl in range(self.slices):
-                xv = self.x_name(r, sl, b)
+                xv = f"xv{r}_{sl}_{b}"
                 out.append(f"  {mma}(cx{r}, {ones}, {xv}.x, {xv}.y);")
                 out.append(f"  {mma}(cx{r}, {ones}, {xv}.z, {xv}.w);")
         groups = ("A", "B") if self.wide else ("",)
@@ -439,7 +420,7 @@ class MMALowering(_Lowering):
             for i in range(self.words):
                 sl, off = divmod(i * k_per_word, 8)  # which 16-byte x slice, and where in it
                 for p in range(0, pairs, 2):
-                    b0, b1 = self.x_pairs(self.x_name(r, sl, b), off, w.bits, p)
+                    b0, b1 = self.x_pairs(f"xv{r}_{sl}_{b}", off, w.bits, p)
                     out.append(f"  const unsigned xb{r}_{i}_{p}_0 = {b0}, xb{r}_{i}_{p}_1 = {b1};")
                     for grp in groups if self.wide else ():  # x on this group's lanes only
                         xb = f"xb{r}_{i}_{p}"
@@ -546,15 +527,11 @@ class MMALowering(_Lowering):
             else "const int c_end = min(chunks, c_begin + per_warp);",
         ]
 
-    def row_tile(self, r: int) -> str:
-        """The block's row tile of the warp's row tile r (a C expression)."""
-        return str(r) if self.row_groups == 1 else f"rg * {self.rt} + {r}"
-
     def partials(self, nacc: int) -> list[tuple[str, str]]:
-        """(a lane's running sum, its index in a [acc][tile][block row tile][element][lane]
-        array) for every partial sum the lane keeps."""
+        """(a lane's running sum, its index in a [acc][tile][row tile][element][lane] array)
+        for every partial sum the lane keeps."""
         return [
-            (f"part{j}[{tile}][{r}][{e}]", f"[{j}][{tile}][{self.row_tile(r)}][{e}][threadIdx.x & 31]")
+            (f"part{j}[{tile}][{r}][{e}]", f"[{j}][{tile}][{r}][{e}][threadIdx.x & 31]")
             for j in range(nacc)
             for tile in range(self.tiles)
             for r in range(self.rt)
@@ -569,7 +546,7 @@ class MMALowering(_Lowering):
 
     def reduction_buffer(self, body: list, nacc: int) -> None:
         """`red[range][acc][tile][row tile][element][lane]`: the K ranges' partial sums."""
-        body.append(Decl("f32", "red", None, dims=(self.splits, nacc, self.tiles, self.block_rt, 4, 32), shared=True))
+        body.append(Decl("f32", "red", None, dims=(self.splits, nacc, self.tiles, self.rt, 4, 32), shared=True))
 
     # -- the kernel -------------------------------------------------------------
     def lower(self) -> KernelDef:
@@ -585,20 +562,14 @@ class MMALowering(_Lowering):
         self.use_helper("cuda_mma")
         if self.q8_split:
             self.use_helper("cuda_q8split")
-        if self.row_groups > 1 and not self.shared_ranges:
-            raise LowerError(f"{self.p.name}: warps sharing a K range need the staged ring")
-        warps = ["const int warp = threadIdx.x >> 5;"]
-        if self.row_groups > 1:  # warp: the K range; rg: which share of the rows
-            warps = [f"const int warp = (threadIdx.x >> 5) % {s.SG};", f"const int rg = (threadIdx.x >> 5) / {s.SG};"]
         lines = [
-            *warps,
+            "const int warp = threadIdx.x >> 5;",
             "const int g = (threadIdx.x & 31) >> 2;",
             "const int t = threadIdx.x & 3;",
             *self.k_split(),
         ]
         for r in range(rt):
-            first = 8 * r if self.row_groups == 1 else f"8 * ({self.row_tile(r)})"
-            lines.append(f"const int xrow{r} = pid1 * {s.BM} + {first} + g;")
+            lines.append(f"const int xrow{r} = pid1 * {s.BM} + {8 * r} + g;")
             lines.append(f"const bool xok{r} = xrow{r} < M;")
         lines += self.column_setup(nacc)
         if self.wide:  # group A on lanes t < 2, group B on t >= 2
@@ -611,12 +582,11 @@ class MMALowering(_Lowering):
         lines += self.k_loop(nacc, mma)
         body.append(Raw(lines))
 
-        # the K ranges' partial sums, added in range order; the block's first warp finishes
+        # the K ranges' partial sums, added in range order; warp 0 finishes
         self.reduction_buffer(body, nacc)
         body.append(Raw(self.store_partials(nacc)))
         body.append(Barrier())
-        finish = If("warp == 0" if self.row_groups == 1 else "threadIdx.x < 32")
-        rt = self.block_rt
+        finish = If("warp == 0")
         fscope = _Scope(finish.body, root, fence=True)
         sums = []
         for j in range(nacc):

@@ -57,14 +57,6 @@ def swizzled() -> bool:
     return mma_override("swizzle") == 1
 
 
-def x_ahead() -> bool:
-    """MLX_METILE_CUDA_MMA_XAHEAD=1: x loaded one group ahead, into two alternating register
-    sets (a stage's groups are even), each group's weights read from the ring just before its
-    math, instead of the stage's x and weights all at its top - fewer live registers, with x's
-    latency hidden behind one group's math. Moves loads only: no sum changes."""
-    return mma_override("xahead") == 1
-
-
 def row_pad() -> int:
     return 0 if swizzled() else PAD
 
@@ -233,34 +225,6 @@ def block_warps(spec: ProjectionSpec, layout: int, rows_bucket: int, ranges: int
     return ranges
 
 
-# Row split (MLX_METILE_CUDA_MMA_ROWSPLIT, lower_mma.DEFAULTS "rowsplit"): above 8 rows, R warps
-# share each K range's ring, each taking 1/R of the row tiles - the same K range and order for
-# every row, so rows stay invariant. A warp then holds about the accumulators, x and registers
-# of an 8-row kernel instead of R times them; the weights of a stage are copied once for the R
-# warps (each issues a share of the copies) and unpacked by each. The R warps meet at a named
-# barrier per stage instead of a warp's __syncwarp.
-ROW_SPLIT_WARPS = 16  # warps per SM the register cap of a row-split kernel aims for (4 x 4 at 8 rows)
-
-
-def row_split_fits(row_bytes: int, share: int, per_warp: int) -> bool:
-    """Whether `share` warps can split a ring's copies: each warp's copy pieces in one 16-row
-    band (share x 512 / row_bytes rows), one K range per warp, at most 15 named barriers' worth."""
-    return share == 1 or (per_warp == 1 and share * (512 // row_bytes) <= TILE)
-
-
-def row_groups(spec: ProjectionSpec, rows_bucket: int, ranges: int, warps: int) -> int:
-    """Warps per K range (schedule.RG): the bucket's `rowsplit` setting, at most its row tiles,
-    where the staged ring of one tile holds 2 stages and its rows split (row_split_fits), with
-    the block at most 1024 threads and each K range's barrier id at most 15; else 1."""
-    share = min(mma_setting("rowsplit", rows_bucket), max(1, rows_bucket // 8))
-    if share == 1 or not stageable(spec) or ring_stages(spec, warps) < 2 or warps > 15:
-        return 1
-    row_bytes = stage_groups(spec) * chunk_bytes(spec)
-    while share > 1 and (warps * share > 32 or not row_split_fits(row_bytes, share, ranges // warps)):
-        share //= 2
-    return share
-
-
 def stageable(spec: ProjectionSpec) -> bool:
     """K a whole number of stages, a column's stage at most 512 bytes (one warp-wide
     copy) with its scales in one copy of at most 16 bytes; MLX_METILE_CUDA_MMA_STAGED=0
@@ -284,8 +248,6 @@ def staged(spec: ProjectionSpec, schedule) -> bool:
 
 
 class StagedMMALowering(MMALowering):
-    shared_ranges = True
-
     def __init__(self, program, schedule, divisors, vector_buffers, spec: ProjectionSpec):
         super().__init__(program, schedule, divisors, vector_buffers, spec)
         w = spec.weights[0]
@@ -308,14 +270,8 @@ class StagedMMALowering(MMALowering):
         if self.stages < 2:
             raise LowerError(f"{program.name}: the staged rings of {self.tiles} tiles do not fit 2 stages")
         self.pieces = self.nrows * self.row_bytes // 16 // 32  # 16-byte copies per lane per stage
-        # warps sharing the ring (row_groups): warp rg copies pieces rg, rg + R, ... of the above,
-        # whose rows (R x 512 / row_bytes of them in a row) lie in one 16-row band
-        if self.row_groups > 1 and not row_split_fits(self.row_bytes, self.row_groups, self.per_warp):
-            raise LowerError(f"{program.name}: {self.row_groups} warps cannot share this K range's ring")
-        self.own_pieces = self.pieces // self.row_groups
         self.scale_passes = -(-self.nrows // 32)  # warp-wide passes copying a stage's scales
         self.interleave = interleaved()
-        self.x_ahead = x_ahead()
         if self.per_warp not in (1, 2) or (self.per_warp > 1 and self.interleave):
             raise LowerError(f"{program.name}: {self.per_warp} K ranges per warp (1 or 2, not interleaved)")
 
@@ -336,10 +292,6 @@ class StagedMMALowering(MMALowering):
         if self.interleave:
             return f"((({stage}) * {self.s.SG} + warp) * {self.groups})"
         return f"(c_begin + ({stage}) * {self.groups})"
-
-    def x_name(self, r: int, sl: int, b: int) -> str:
-        """x one group ahead: chunk b's x in register set b % 2."""
-        return super().x_name(r, sl, b % 2 if self.x_ahead else b)
 
     # -- shared -> lanes ---------------------------------------------------------
     def weight_loads(self, b: int, ch: str, live: str | None, nacc: int) -> list[Load]:
@@ -397,14 +349,10 @@ class StagedMMALowering(MMALowering):
         rows_per_copy = 32 // per_row
         row_bytes = f"(size_t)K * {w.bits} / 8" if w.quantized else "(size_t)K * 2"
         lines: list[str] = []  # `lane` comes from the prologue
-        share = self.row_groups
-        for i in range(self.own_pieces):
-            first = i * share * rows_per_copy  # the piece's rows lie in one 16-row band: (accumulator, tile)
+        for i in range(self.pieces):
+            first = i * rows_per_copy  # the piece's rows lie in one 16-row band: (accumulator, tile)
             j, tile = divmod(first // TILE, self.tiles)
             col = f"(pid0 * {self.s.BN} + {TILE * tile + first % TILE} + lane / {per_row})"
-            if share > 1:  # this warp's piece of the R in a row: rows_per_copy rows further per rg
-                first = f"{first} + rg * {rows_per_copy}"
-                col = f"({col} + rg * {rows_per_copy})"
 
             def weight(m, local):
                 return f"reinterpret_cast<const char*>(w{m}) + (size_t){local} * {row_bytes} + (lane % {per_row}) * 16"
@@ -417,7 +365,7 @@ class StagedMMALowering(MMALowering):
             if self.swizzle_mask:
                 piece = f"({piece} ^ (({first} + lane / {per_row}) & {self.swizzle_mask}))"
             lines.append(f"const int cwd{i} = ({first} + lane / {per_row}) * {self.stride} + {piece} * 16;")
-        declared = [f"const char* cw{i}; bool cwok{i};" for i in range(self.own_pieces)]
+        declared = [f"const char* cw{i}; bool cwok{i};" for i in range(self.pieces)]
         if not w.quantized:
             return declared + lines
         # scales and biases: in pass p, lane r < rows - 32 p copies ring row 32 p + r's
@@ -450,14 +398,13 @@ class StagedMMALowering(MMALowering):
         chunk0 = self.stage_chunk(stage)
         lines = [f"unsigned char* const dst = ring + ({slot}) * {self.slot};"]
         lines.append(f"const size_t wo = (size_t){chunk0} * {self.group_bytes};")
-        for i in range(self.own_pieces):
+        for i in range(self.pieces):
             lines.append(f"metile_cp16(dst + cwd{i}, cw{i} + wo, cwok{i});")
         if not w.quantized:
             return lines
         lines.append(f"const size_t so = (size_t){chunk0} * {scale_bytes_of(self.spec)};")
         for pas in range(self.scale_passes):
-            mine = f"rg == {pas % self.row_groups} && " if self.row_groups > 1 else ""  # one warp per pass
-            lines.append(f"if ({mine}lane < {min(32, self.nrows - 32 * pas)}) {{")
+            lines.append(f"if (lane < {min(32, self.nrows - 32 * pas)}) {{")
             for var, base in (("cs", self.scales_at), ("cz", self.biases_at)):
                 dst = f"dst + {base} + ({32 * pas} + lane) * {self.scale_bytes}"
                 if self.scale_bytes == 16:
@@ -499,43 +446,21 @@ class StagedMMALowering(MMALowering):
             lines.append("}")
             lines.append("metile_cp_commit();")
         body = []
-        if self.x_ahead:  # stage 0's first group into set 0; set 1 declared
-            lines += [f"{ld.typ} {ld.name} = {ld.value()};" for ld in self.x_loads(0, self.stage_chunk("0"), "0 < nst")]
-            lines += [f"{ld.typ} {ld.name};" for ld in self.x_loads(1, "0", None)]
-        else:
-            for b in range(groups):
-                for ld in self.x_loads(b, f"ch0 + {b}", None):
-                    body.append(f"const {ld.typ} {ld.name} = {ld.value()};")
+        for b in range(groups):
+            for ld in self.x_loads(b, f"ch0 + {b}", None):
+                body.append(f"const {ld.typ} {ld.name} = {ld.value()};")
         body.append(f"metile_cp_wait<{stages - 2}>();")
-        if self.row_groups > 1:
-            # the R warps of this K range: every copy of stage st visible to all, and every read of
-            # stage st - 1 (whose slot the next copies take) done, by a barrier of their own
-            self.use_helper("cuda_named_barrier")
-            body.append(f"metile_bar_sync(1 + warp, {32 * self.row_groups});")
-        else:
-            body.append("__syncwarp();")
+        body.append("__syncwarp();")
         body.append(f"if (st + {stages - 1} < nst) {{")
         body += ["  " + ln for ln in self.copy_stage(f"st + {stages - 1}", "wr")]
         body.append("}")
         body.append("metile_cp_commit();")
         body.append(f"const unsigned char* const slot = ring + rd * {self.slot};")
-
-        def shared_loads(b: int) -> list[str]:
-            return [
-                f"const {ld.typ} {ld.name} = *reinterpret_cast<const {ld.typ}*>({ld.addr});"
-                for ld in self.weight_loads(b, f"ch0 + {b}", None, nacc)
-            ]
-
-        if self.x_ahead:  # per group: the next group's x (the next stage's first), its weights, its math
-            for b in range(groups):
-                ahead = (f"ch0 + {b + 1}", None) if b + 1 < groups else (self.stage_chunk("st + 1"), "st + 1 < nst")
-                body += [f"{ld.name} = {ld.value()};" for ld in self.x_loads((b + 1) % 2, *ahead)]
-                body += shared_loads(b) + self.chunk_math(b, nacc, mma)
-        else:
-            for b in range(groups):
-                body += shared_loads(b)
-            for b in range(groups):
-                body += self.chunk_math(b, nacc, mma)
+        for b in range(groups):
+            for ld in self.weight_loads(b, f"ch0 + {b}", None, nacc):
+                body.append(f"const {ld.typ} {ld.name} = *reinterpret_cast<const {ld.typ}*>({ld.addr});")
+        for b in range(groups):
+            body += self.chunk_math(b, nacc, mma)
         if self.per_warp > 1:  # the end of the warp's first K range
             body.append(f"if (st + 1 == per_warp / {groups}) {{")
             body += ["  " + ln for ln in self.move_partials("early[warp]", nacc)]
@@ -558,19 +483,15 @@ class StagedMMALowering(MMALowering):
         usual = mma_warps(self.spec)
         if self.s.SG > usual and blocks:  # more warps (SPREAD, DEEP): as many warps per SM, not blocks
             blocks = max(1, blocks * usual // self.s.SG)
-        if self.row_groups > 1 and mma_override("minblocks") is None:
-            # warps of a share of the rows hold about an 8-row kernel's registers: as many warps
-            # per SM as 8-row blocks get (ROW_SPLIT_WARPS)
-            blocks = max(1, ROW_SPLIT_WARPS // (self.s.SG * self.row_groups))
         kernel.min_groups = min(blocks, fit)
         kernel.dynamic_shared = self.ring_bytes if self.ring_bytes > SMEM_LIMIT else 0
         return kernel
 
     def red_bytes(self, nacc: int) -> int:
-        return self.splits * nacc * self.tiles * self.block_rt * 4 * 32 * 4
+        return self.splits * nacc * self.tiles * self.rt * 4 * 32 * 4
 
     def partial_dims(self, nacc: int) -> str:
-        return f"[{nacc}][{self.tiles}][{self.block_rt}][4][32]"
+        return f"[{nacc}][{self.tiles}][{self.rt}][4][32]"
 
     def move_partials(self, dst: str, nacc: int) -> list[str]:
         """The lane's partial sums into `dst` (a [acc][tile][row tile][element][lane] array), then zeroed."""

@@ -51,7 +51,6 @@ class Schedule:
     TN: int = 0  # tiled: columns per thread
     S: int = 0  # tiled: k positions staged per barrier
     splits: int = 0  # mma: K ranges (the sum order), a multiple of SG; 0 for SG (one per warp)
-    RG: int = 1  # mma (staged ring): warps sharing each K range's ring, each with BM / RG rows
 
     @property
     def BN(self) -> int:
@@ -63,7 +62,7 @@ class Schedule:
 
     @property
     def threads(self) -> int:
-        return SIMD_WIDTH * self.SG * self.RG
+        return SIMD_WIDTH * self.SG
 
     def meta(self) -> dict[str, int]:
         return {"BM": self.BM, "BN": self.BN, "BK": self.BK}
@@ -74,10 +73,9 @@ class Schedule:
     def describe(self) -> str:
         if self.kind == "mma":
             ranges = f" ({self.splits} K ranges, {self.splits // self.SG} per warp)" if self.splits > self.SG else ""
-            rows = f", {self.RG} warps of {self.BM // self.RG} rows each per K range" if self.RG > 1 else ""
             return (
-                f"schedule mma: {self.BN} columns x {self.BM} rows per block of {self.SG * self.RG} warps splitting K"
-                f"{ranges}{rows} in chunks of {self.BK} k, mma.sync m16n8k16 with f32 accumulation"
+                f"schedule mma: {self.BN} columns x {self.BM} rows per block of {self.SG} warps splitting K{ranges} in "
+                f"chunks of {self.BK} k, mma.sync m16n8k16 with f32 accumulation"
             )
         if self.kind == "tiled":
             return (
@@ -127,13 +125,11 @@ def choose(
     mma_warps: int = 0,
     mma_max_tiles: int = 4,
     mma_splits: int = 0,
-    mma_row_groups: int = 1,
 ) -> Schedule:
     """`mma_chunk` (CUDA, sm_80+, a spec lower_mma accepts): the k per tensor-core
     chunk; then rows 1..32 take the `mma` schedule, with `mma_warps` warps per
     block (0: lower_mma's setting) and at most `mma_max_tiles` 16-column tiles;
-    `mma_splits` K ranges (0: one per warp; else a multiple of the warps); `mma_row_groups`
-    warps per K range, splitting the rows (lower_mma_staged.row_groups)."""
+    `mma_splits` K ranges (0: one per warp; else a multiple of the warps)."""
     vk = k_per_lane(weight_bits, group_sizes, weight_dtypes)
     if mma_chunk and rows <= MAX_ROWS_PER_PROGRAM:
         # W warps splitting K over T tiles of 16 columns; 8-row tiles of x (so 1..8 rows share one kernel)
@@ -141,9 +137,9 @@ def choose(
 
         bm = max(8, row_bucket(rows))
         splits = mma_splits if mma_warps and mma_splits > mma_warps else 0  # else one K range per warp
-        warps, tiles = mma_shape(bm, accumulators, mma_warps, mma_max_tiles, splits, mma_row_groups)
+        warps, tiles = mma_shape(bm, accumulators, mma_warps, mma_max_tiles, splits)
         nc = TILE * tiles // warps
-        return Schedule("mma", BM=bm, NC=nc, SG=warps, VK=mma_chunk // 32, U=1, C=1, splits=splits, RG=mma_row_groups)
+        return Schedule("mma", BM=bm, NC=nc, SG=warps, VK=mma_chunk // 32, U=1, C=1, splits=splits)
     if rows > MAX_ROWS_PER_PROGRAM:
         # 256 threads as 16 x 16, each 4 rows x 2 columns of a 64 x 32 tile
         return Schedule("tiled", BM=TILED_BUCKET, NC=4, SG=8, VK=vk, U=1, C=1, TM=4, TN=2, S=min(vk, 32))

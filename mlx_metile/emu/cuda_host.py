@@ -37,7 +37,6 @@ _ASM_REPLACEMENTS = (
     ("cp.async.ca.shared.global", "metile_emu::copy(dst, src, ok ? N : 0, N);"),
     ("cp.async.commit_group", "(void)0;"),
     ("cp.async.wait_group", "(void)0;"),
-    ("bar.sync", "metile_emu::named_barrier(id, threads);"),
 )
 _ASM = re.compile(r"asm(?: volatile)?\((?:[^;]|;(?!\s*$))*?\);", re.MULTILINE)
 

@@ -10,7 +10,7 @@ from ..codegen import RENDERERS
 from ..compiler import choose, lower
 from ..compiler.lower_mma import chunk_k as mma_chunk
 from ..compiler.lower_mma import mma_supported
-from ..compiler.lower_mma_staged import LAYOUTS, block_warps, mma_warps, row_groups, staged_max_tiles
+from ..compiler.lower_mma_staged import LAYOUTS, block_warps, mma_warps, staged_max_tiles
 from ..ir import bind_meta, format_program, verify
 from ..kernels import projection_program
 from ..spec import ProjectionSpec
@@ -44,7 +44,6 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
         warps,
         staged_max_tiles(spec, warps, layout) if mma else 4,
         ranges,
-        row_groups(spec, rows_bucket, ranges, warps) if mma else 1,
     )
     bound = bind_meta(program, schedule.meta())
     verify(bound)

@@ -256,42 +256,9 @@ def test_swizzled_rings_are_unpadded_and_fit_three_stages_in_four_blocks(fresh_k
     assert sm90_code(ptx(art, "sm_90"))
 
 
-@pytest.mark.parametrize("split", ["2", "4"])
-def test_row_split_kernels_share_rings_and_compile(fresh_kernels, monkeypatch, split):
-    """MLX_METILE_CUDA_MMA_ROWSPLIT: at 16 and 32 rows 2 or 4 warps per K range (at most a
-    row tile each), with the K split of every other bucket, a named barrier per K range, and
-    registers capped for 16 warps per SM; 8 rows keep a warp per K range. Every staged spec
-    compiles for sm_90. The warps' copies of a stage must each stay in one 16-row band: a
-    ring row of B bytes is copied 512 / B rows at a time, so R warps need R x 512 / B <= 16
-    (rows of 32 bytes: none; of 64: at most 2)."""
-    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
-    monkeypatch.setenv("MLX_METILE_CUDA_MMA_ROWSPLIT", split)
-    for spec, groups in STAGED_SPECS:
-        if not groups:
-            continue
-        splits = {k_split(compile_projection(spec, bucket, "cuda")) for bucket in (1, 8, 16, 32)}
-        assert len(splits) == 1, (spec.name(), splits)
-        assert compile_projection(spec, 8, "cuda").schedule.RG == 1
-        w = spec.weights[0]
-        row_bytes = groups * w.group_size * w.bits // 8
-        for bucket in (16, 32):
-            art = compile_projection(spec, bucket, "cuda")
-            share = min(int(split), bucket // 8)
-            while share > 1 and share * 512 // row_bytes > 16:
-                share //= 2
-            s = art.schedule
-            assert s.RG == share and art.threads_per_group[0] == 32 * s.SG * share, s.describe()
-            if share == 1:
-                assert "metile_bar_sync" not in art.source
-                continue
-            assert f"metile_bar_sync(1 + warp, {32 * share});" in art.source
-            assert f"__launch_bounds__({32 * s.SG * share}, {max(1, 16 // (s.SG * share))})" in art.source
-            assert sm90_code(ptx(art, "sm_90"))
-
-
 def test_staged_settings_are_checked(fresh_kernels, monkeypatch):
     spec = STAGED_SPECS[0][0]
-    for var, bad in (("GROUPS", "3"), ("STAGES", "9"), ("MINBLOCKS", "x"), ("INTERLEAVE", "2"), ("SWIZZLE", "2"), ("ROWSPLIT", "3")):
+    for var, bad in (("GROUPS", "3"), ("STAGES", "9"), ("MINBLOCKS", "x"), ("INTERLEAVE", "2"), ("SWIZZLE", "2")):
         monkeypatch.setenv(f"MLX_METILE_CUDA_MMA_{var}", bad)
         with pytest.raises(ValueError, match=f"MLX_METILE_CUDA_MMA_{var}"):
             compile_projection(spec, 1, "cuda")

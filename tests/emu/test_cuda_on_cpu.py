@@ -293,45 +293,6 @@ def test_swizzled_rings_give_the_bits_of_padded_ones(monkeypatch, spec, K, N, se
         assert all(np.array_equal(x, y) for x, y in zip(a, b)), f"{spec.name()} {settings}: swizzling changed bits"
 
 
-ROW_SPLIT = [  # (spec, K, N, layout, settings): 4/8-bit, dense, SwiGLU, q/k/v, two tiles, swizzled
-    (ProjectionSpec("bf16", (q4,), k_multiple=256), 1024, 80, 0, {}),
-    (ProjectionSpec("bf16", (q8,), k_multiple=256), 512, 40, 1, {}),
-    (ProjectionSpec("f16", (WeightFormat("f16", 4, 32),), k_multiple=256), 512, 40, 1, {}),
-    (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 512, 24, 1, {}),
-    (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), 768, 24, 1, {}),
-    (ProjectionSpec("bf16", (q4,) * 3, k_multiple=256), 512, 24, 1, {}),
-    (ProjectionSpec("bf16", (q4,), k_multiple=256), 1280, 32, 1, {"SWIZZLE": "1", "INTERLEAVE": "1"}),
-]
-
-
-@pytest.mark.parametrize(
-    "spec,K,N,layout,settings",
-    ROW_SPLIT,
-    ids=[f"{c[0].name()}-{','.join(c[4]) or 'default'}" for c in ROW_SPLIT],
-)
-def test_row_split_warps_give_the_bits_of_one_warp_per_k_range(monkeypatch, spec, K, N, layout, settings):
-    """MLX_METILE_CUDA_MMA_ROWSPLIT=2 / 4: 2 or 4 warps share each K range's ring, each with a
-    share of the rows - the same sums in the same order, so every output bit is that of one
-    warp per K range, at 16 and 32 rows, and within tolerance."""
-    for name, value in settings.items():
-        monkeypatch.setenv(f"MLX_METILE_CUDA_MMA_{name}", value)
-    monkeypatch.setenv("MLX_METILE_CUDA_MMA_ROWSPLIT", "1")
-    compile_projection.cache_clear()
-    case = Case(spec, K, N, rows=20)
-    shapes = ((16, 16), (32, 20))
-    whole = [case.run(bucket, rows, layout) for bucket, rows in shapes]
-    for split in ("2", "4"):
-        monkeypatch.setenv("MLX_METILE_CUDA_MMA_ROWSPLIT", split)
-        compile_projection.cache_clear()
-        for (bucket, rows), one in zip(shapes, whole):
-            art = compile_projection(spec, bucket, "cuda", layout)
-            share = min(int(split), bucket // 8)
-            assert art.schedule.RG == share and "metile_bar_sync(" in art.source, art.schedule.describe()
-            got = case.run(bucket, rows, layout)
-            case.check(got, rows, f"{spec.name()} rowsplit={share} rows={rows}")
-            assert all(np.array_equal(a, b) for a, b in zip(got, one)), f"{spec.name()} rowsplit={share}: bits changed"
-
-
 VARIANTS = [  # (spec, K, N, settings): epilogues, bias and residual, scales dtypes, the non-default paths
     (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 128, True, "bf16"),), "gelu", True, k_multiple=256), 512, 40, {}),
     (ProjectionSpec("bf16", (WeightFormat("f32", 8, 128, True, "f32"),), "silu", k_multiple=256), 512, 32, {}),

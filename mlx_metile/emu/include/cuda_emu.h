@@ -12,7 +12,6 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -41,8 +40,6 @@ struct Block {
   explicit Block(int threads) : sync(threads), warps(threads / 32) {}
   std::barrier<> sync;
   std::vector<Warp> warps;
-  std::mutex named_lock;  // guards the creation of `named` barriers
-  std::array<std::unique_ptr<std::barrier<>>, 16> named;  // bar.sync id, threads
 };
 
 inline thread_local Dim3 thread_index, block_index;
@@ -139,18 +136,6 @@ inline void mma_bf16(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a
 }
 inline void mma_f16(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
   mma_m16n8k16(c, a0, a1, a2, a3, b0, b1, f16_to_float);
-}
-
-// bar.sync id, threads: the first thread to arrive sets the barrier's count.
-inline void named_barrier(int id, int threads) {
-  std::barrier<>* b;
-  {
-    std::lock_guard<std::mutex> hold(block->named_lock);
-    auto& slot = block->named.at(id);
-    if (!slot) slot = std::make_unique<std::barrier<>>(threads);
-    b = slot.get();
-  }
-  b->arrive_and_wait();
 }
 
 // cp.async with a source size: copy `size` bytes, zero-fill the rest of `total`.
