@@ -371,8 +371,9 @@ def timed(fn, repeat=7) -> float:
 
 def timed_with_host(fn, repeat=7) -> tuple[float, float]:
     """(median time of a whole evaluation, median time until `mx.async_eval` returned - the
-    host's part: building and submitting the work, which the GPU runs behind). Where the two
-    are close the host is the limit (bench/host_bound.py)."""
+    host's part: building and submitting the work, which the GPU runs behind, plus any wait MLX
+    makes for the GPU while too many command buffers are in flight). Where the two are close,
+    the host is the limit only if the GPU's own time is known to be shorter (bench/host_bound.py)."""
     mx.eval(fn())
     mx.synchronize()
     total, host = [], []

@@ -1,8 +1,10 @@
 """Is a compiled loop of products limited by the GPU or by MLX's host side? On the GPU
 machine, per product: the whole evaluation (submit + run, synchronized) against the time
 `mx.async_eval` takes to return (MLX's host work of building and submitting the command
-buffers; the GPU runs behind it). Where the two are close, the host is the limit and no
-kernel change moves the time.
+buffers; the GPU runs behind it - but MLX also makes it wait for the GPU while too many
+command buffers are in flight). Where the two are close and the GPU's own time is known to be
+shorter (the read floor's kernel alone), the host is the limit and no kernel change moves the
+time; where the GPU's time is not known, the two being close proves nothing.
 
     python bench/host_bound.py --out host_bound.json
 """
