@@ -57,14 +57,6 @@ def swizzled() -> bool:
     return mma_override("swizzle") == 1
 
 
-def refilled() -> bool:
-    """MLX_METILE_CUDA_MMA_REFILL=1: each stage's slot is refilled (with the stage S further on)
-    as soon as the warp has read it into registers, before the stage's math - S stages in
-    flight during the math instead of S - 1, in the same shared memory; the prologue fills
-    all S slots. Moves copies only: no sum changes."""
-    return mma_override("refill") == 1
-
-
 def row_pad() -> int:
     return 0 if swizzled() else PAD
 
@@ -280,7 +272,6 @@ class StagedMMALowering(MMALowering):
         self.pieces = self.nrows * self.row_bytes // 16 // 32  # 16-byte copies per lane per stage
         self.scale_passes = -(-self.nrows // 32)  # warp-wide passes copying a stage's scales
         self.interleave = interleaved()
-        self.refill = refilled()
         if self.per_warp not in (1, 2) or (self.per_warp > 1 and self.interleave):
             raise LowerError(f"{program.name}: {self.per_warp} K ranges per warp (1 or 2, not interleaved)")
 
@@ -449,8 +440,7 @@ class StagedMMALowering(MMALowering):
         if not self.interleave:  # else k_split gave nst
             lines.append(f"const int nst = max(c_end - c_begin, 0) / {groups};")
         lines += self.copy_setup(nacc)
-        ahead = stages if self.refill else stages - 1  # stages in flight before the first wait
-        for st in range(ahead):
+        for st in range(stages - 1):
             lines.append(f"if ({st} < nst) {{")
             lines += ["  " + ln for ln in self.copy_stage(str(st), str(st))]
             lines.append("}")
@@ -459,23 +449,16 @@ class StagedMMALowering(MMALowering):
         for b in range(groups):
             for ld in self.x_loads(b, f"ch0 + {b}", None):
                 body.append(f"const {ld.typ} {ld.name} = {ld.value()};")
-        body.append(f"metile_cp_wait<{ahead - 1}>();")
+        body.append(f"metile_cp_wait<{stages - 2}>();")
         body.append("__syncwarp();")
-        if not self.refill:
-            body.append(f"if (st + {stages - 1} < nst) {{")
-            body += ["  " + ln for ln in self.copy_stage(f"st + {stages - 1}", "wr")]
-            body.append("}")
-            body.append("metile_cp_commit();")
+        body.append(f"if (st + {stages - 1} < nst) {{")
+        body += ["  " + ln for ln in self.copy_stage(f"st + {stages - 1}", "wr")]
+        body.append("}")
+        body.append("metile_cp_commit();")
         body.append(f"const unsigned char* const slot = ring + rd * {self.slot};")
         for b in range(groups):
             for ld in self.weight_loads(b, f"ch0 + {b}", None, nacc):
                 body.append(f"const {ld.typ} {ld.name} = *reinterpret_cast<const {ld.typ}*>({ld.addr});")
-        if self.refill:  # every lane's reads of the slot done, then its next stage copied in
-            body.append("__syncwarp();")
-            body.append(f"if (st + {stages} < nst) {{")
-            body += ["  " + ln for ln in self.copy_stage(f"st + {stages}", "rd")]
-            body.append("}")
-            body.append("metile_cp_commit();")
         for b in range(groups):
             body += self.chunk_math(b, nacc, mma)
         if self.per_warp > 1:  # the end of the warp's first K range
