@@ -5,6 +5,8 @@ outside bench/cuda_probe uses them.
 
     nox     x is never loaded: every x value a constant (the weights stream, the math runs)
     nomath  each stage's copies are issued and waited for, nothing else: the ring alone
+    noscales  the scales' and biases' copies are never issued (their ring bytes stay as they
+            were): what those small copies cost
 """
 
 from __future__ import annotations
@@ -35,7 +37,17 @@ def no_math(source: str) -> str:
     return SLOT.sub(skip, source, count=1)
 
 
-HACKS = {"nox": no_x, "nomath": no_math}
+SCALE_COPY = re.compile(r"metile_cp_small<\d+>\([^;]*\);")
+
+
+def no_scales(source: str) -> str:
+    out, n = SCALE_COPY.subn("(void)0;", source)
+    if not n:
+        raise ValueError("noscales: no scale copies found in the kernel")
+    return out
+
+
+HACKS = {"nox": no_x, "nomath": no_math, "noscales": no_scales}
 
 
 def apply(names: str, source: str) -> str:
