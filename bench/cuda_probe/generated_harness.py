@@ -142,7 +142,7 @@ def main() -> None:
         tuple(WeightFormat("bf16", bits, group, False, "bf16") if bits else WeightFormat("bf16") for _ in range(nw)),
         "swiglu" if nw == 2 else None,
         False,
-        k_multiple=math.gcd(args.k, 512),  # as the op derives it for CUDA
+        k_multiple=math.gcd(args.k, 256),  # as the op derives it for CUDA
     )
     rows = [int(r) for r in args.rows.split(",")]
     K, N = args.k, args.n

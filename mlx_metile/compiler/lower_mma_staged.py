@@ -109,53 +109,10 @@ def ring_rows(spec: ProjectionSpec, tiles: int = 1) -> int:
     return TILE * tiles * (2 if spec.epilogue == "swiglu" else 1)
 
 
-SCALE_ALIGN = 16  # bytes: a 16-byte copy of scales needs K's scale rows and the K split aligned so
-
-
-def scale_stages(spec: ProjectionSpec) -> int:
-    """Stages whose scales and biases one copy per row brings (MLX_METILE_CUDA_MMA_SCALESTAGES:
-    1, 2 or 4; 1 by default): with 4 groups of bf16 scales a stage a row's 8 bytes, 2 stages
-    one 16-byte copy, 4 stages a whole 32-byte sector, instead of one 8-byte copy per stage.
-    Applies where those runs are whole 16-byte copies that stay aligned (K a multiple of
-    512 and every K range starting at a multiple of 8 groups: staged K split), for 16-bit
-    scales and contiguous stages (not interleaved); elsewhere 1."""
-    value = mma_override("scalestages") or 1
-    w = spec.weights[0]
-    if value == 1 or not w.quantized or w.dtype == "f32" or interleaved():
-        return 1
-    run = value * stage_groups(spec) * scale_bytes_of(spec)
-    if run % SCALE_ALIGN or run > 2 * SCALE_ALIGN or spec.k_divisor % 512:
-        return 1
-    return value
-
-
-def scale_slots(spec: ProjectionSpec, stages: int) -> int:
-    """Slots of a warp's scale ring (0: scales ride in the weight ring's slots): super-stage u
-    (stages uP..uP+P-1) is copied with weight stage uP, S - 1 stages ahead, into the slot that
-    held super-stage u - n, whose last stage must be done by then: n = 1 + ceil((S - 1) / P)."""
-    p = scale_stages(spec)
-    return 0 if p == 1 else 1 + -(-(stages - 1) // p)
-
-
 def slot_bytes(spec: ProjectionSpec, tiles: int = 1) -> int:
-    """One stage of one warp: the weight rows (padded), then scales, then biases - these two
-    only when each stage copies its own (scale_stages 1)."""
+    """One stage of one warp: the weight rows (padded), then scales, then biases."""
     groups = stage_groups(spec)
-    per_row = groups * chunk_bytes(spec) + row_pad()
-    if scale_stages(spec) == 1:
-        per_row += 2 * groups * scale_bytes_of(spec)
-    return ring_rows(spec, tiles) * per_row
-
-
-def scale_slot_bytes(spec: ProjectionSpec, tiles: int = 1) -> int:
-    """One slot of a warp's scale ring: every row's scales of P stages, then its biases."""
-    run = scale_stages(spec) * stage_groups(spec) * scale_bytes_of(spec)
-    return 0 if scale_stages(spec) == 1 else ring_rows(spec, tiles) * 2 * run
-
-
-def warp_ring_bytes(spec: ProjectionSpec, tiles: int, stages: int) -> int:
-    """One warp's rings: `stages` weight slots and its scale slots."""
-    return stages * slot_bytes(spec, tiles) + scale_slots(spec, stages) * scale_slot_bytes(spec, tiles)
+    return ring_rows(spec, tiles) * (groups * chunk_bytes(spec) + row_pad() + 2 * groups * scale_bytes_of(spec))
 
 
 def ring_budget(warps: int) -> int:
@@ -171,7 +128,7 @@ def ring_stages(spec: ProjectionSpec, warps: int, tiles: int = 1) -> int:
     """MLX_METILE_CUDA_MMA_STAGES (2..8), else MAX_STAGES; fewer while the
     block's rings exceed ring_budget(warps)."""
     stages = mma_override("stages") or MAX_STAGES
-    while stages > 1 and warps * warp_ring_bytes(spec, tiles, stages) > ring_budget(warps):
+    while stages > 1 and warps * stages * slot_bytes(spec, tiles) > ring_budget(warps):
         stages -= 1
     return stages
 
@@ -253,7 +210,7 @@ def mma_warps(spec: ProjectionSpec, layout: int = TILES) -> int:
         warps = DENSE_WARPS
     wider = 2 * warps if dense_staged else SPREAD_WARPS
     spread = layout == SPREAD or (layout == DEEP and spec.weights[0].bits == 8)
-    if spread and stageable(spec) and wider * warp_ring_bytes(spec, 1, 2) <= ring_budget(wider):
+    if spread and stageable(spec) and wider * 2 * slot_bytes(spec) <= ring_budget(wider):
         return wider
     return warps
 
@@ -315,14 +272,6 @@ class StagedMMALowering(MMALowering):
         self.pieces = self.nrows * self.row_bytes // 16 // 32  # 16-byte copies per lane per stage
         self.scale_passes = -(-self.nrows // 32)  # warp-wide passes copying a stage's scales
         self.interleave = interleaved()
-        # scales of P stages per copy (scale_stages): their own ring per warp, K ranges starting
-        # at multiples of 8 groups so that every 16-byte copy of a row's scales stays aligned
-        self.scale_run_stages = scale_stages(spec)
-        if self.scale_run_stages > 1:
-            self.align = max(self.groups, SCALE_ALIGN // scale_bytes_of(spec))
-            self.run = self.scale_run_stages * self.scale_bytes  # a row's scales per copy
-            self.sslots = scale_slots(spec, self.stages)
-            self.sslot = scale_slot_bytes(spec, self.tiles)
         if self.per_warp not in (1, 2) or (self.per_warp > 1 and self.interleave):
             raise LowerError(f"{program.name}: {self.per_warp} K ranges per warp (1 or 2, not interleaved)")
 
@@ -367,9 +316,6 @@ class StagedMMALowering(MMALowering):
                     extra = "" if self.scale_vector else f" + {4 * b}"
                     for letter, base in (("s", self.scales_at), ("z", self.biases_at)):
                         at = f"slot + {base} + ({row}) * {self.scale_bytes}{extra}"
-                        if self.scale_run_stages > 1:  # this stage's part of its super-stage's run
-                            base = 0 if letter == "s" else self.nrows * self.run
-                            at = f"sslot + {base} + ({row}) * {self.run} + shalf"
                         out.append(Load(typ, f"{letter}{j}_{tile}{h}_{b}", "true", at))
         return out
 
@@ -457,8 +403,6 @@ class StagedMMALowering(MMALowering):
         if not w.quantized:
             return lines
         lines.append(f"const size_t so = (size_t){chunk0} * {scale_bytes_of(self.spec)};")
-        if self.scale_run_stages > 1:
-            return lines + self.copy_scale_run(stage)
         for pas in range(self.scale_passes):
             lines.append(f"if (lane < {min(32, self.nrows - 32 * pas)}) {{")
             for var, base in (("cs", self.scales_at), ("cz", self.biases_at)):
@@ -470,24 +414,6 @@ class StagedMMALowering(MMALowering):
             lines.append("}")
         return lines
 
-    def copy_scale_run(self, stage: str) -> list[str]:
-        """With weight stage `stage` when it starts a super-stage (scale_stages): every row's
-        scales and biases of its P stages, in 16-byte copies, those past the warp's last
-        stage left out, into the scale slot the super-stage cycles to."""
-        p, q = self.scale_run_stages, SCALE_ALIGN // self.scale_bytes  # stages per 16-byte copy
-        lines = [f"if (({stage}) % {p} == 0) {{"]
-        lines.append(f"  unsigned char* const sdst = sring + ((({stage}) / {p}) % {self.sslots}) * {self.sslot};")
-        for pas in range(self.scale_passes):
-            lines.append(f"  if (lane < {min(32, self.nrows - 32 * pas)}) {{")
-            for k in range(self.run // SCALE_ALIGN):
-                for var, base in (("cs", 0), ("cz", self.nrows * self.run)):
-                    dst = f"sdst + {base} + ({32 * pas} + lane) * {self.run} + {SCALE_ALIGN * k}"
-                    src = f"{var}{pas} + so + {SCALE_ALIGN * k}"
-                    lines.append(f"    if (({stage}) + {q * k} < nst) metile_cp16({dst}, {src}, csok{pas});")
-            lines.append("  }")
-        lines.append("}")
-        return lines
-
     # -- the K loop ----------------------------------------------------------------
     def k_loop(self, nacc: int, mma: str) -> list[str]:
         """Prologue: stages 0..S-2 in flight. Each iteration: x loads of stage st,
@@ -496,8 +422,7 @@ class StagedMMALowering(MMALowering):
         sums to `early` after the first range's last stage."""
         self.use_helper("cuda_cp_async")
         s, stages, groups = self.s, self.stages, self.groups
-        scale_ring = self.sslots * self.sslot if self.scale_run_stages > 1 else 0  # per warp
-        ring_bytes = max(s.SG * (stages * self.slot + scale_ring), self.red_bytes(nacc))
+        ring_bytes = max(s.SG * stages * self.slot, self.red_bytes(nacc))
         # two K ranges per warp: the first range's partial sums wait after the ring
         early_at = ring_bytes
         ring_bytes = self.ring_bytes = ring_bytes + (self.red_bytes(nacc) // 2 if self.per_warp > 1 else 0)
@@ -509,8 +434,6 @@ class StagedMMALowering(MMALowering):
             ring,
             f"unsigned char* const ring = metile_ring + warp * {stages * self.slot};",
         ]
-        if scale_ring:
-            lines.append(f"unsigned char* const sring = metile_ring + {s.SG * stages * self.slot} + warp * {scale_ring};")
         if self.per_warp > 1:
             dims = self.partial_dims(nacc)
             lines.append(f"float (*const early){dims} = reinterpret_cast<float (*){dims}>(metile_ring + {early_at});")
@@ -533,10 +456,6 @@ class StagedMMALowering(MMALowering):
         body.append("}")
         body.append("metile_cp_commit();")
         body.append(f"const unsigned char* const slot = ring + rd * {self.slot};")
-        if scale_ring:
-            p = self.scale_run_stages
-            body.append(f"const unsigned char* const sslot = sring + ((st / {p}) % {self.sslots}) * {self.sslot};")
-            body.append(f"const int shalf = (st % {p}) * {self.scale_bytes};")
         for b in range(groups):
             for ld in self.weight_loads(b, f"ch0 + {b}", None, nacc):
                 body.append(f"const {ld.typ} {ld.name} = *reinterpret_cast<const {ld.typ}*>({ld.addr});")
