@@ -1,0 +1,43 @@
+"""The A/B harness's diagnostic rewrites (bench/cuda_probe/diagnostics.py) remove what they
+name from a generated staged kernel - and refuse a kernel without it, so that a diagnostic
+never silently times the unchanged kernel."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlx_metile.runtime import compile_projection
+from mlx_metile.spec import ProjectionSpec, WeightFormat
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.cuda_probe import diagnostics  # noqa: E402
+
+
+@pytest.fixture
+def sources(monkeypatch):
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    compile_projection.cache_clear()
+    q4 = ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64),), k_multiple=256)
+    dense = ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256)
+    yield compile_projection(q4, 8, "cuda").source, compile_projection(dense, 8, "cuda").source
+    compile_projection.cache_clear()
+
+
+def test_each_diagnostic_removes_what_it_names(sources):
+    q4, _ = sources
+    assert diagnostics.X_LOAD.search(q4) and "metile_cp_small<" in q4
+    assert not diagnostics.X_LOAD.search(diagnostics.apply("nox", q4))
+    assert "continue; }" in diagnostics.apply("nomath", q4) and "continue; }" not in q4
+    no_scales = diagnostics.apply("noscales", q4)
+    assert "metile_cp_small<" not in no_scales and no_scales.count("metile_cp16(") == q4.count("metile_cp16(")
+    both = diagnostics.apply("nomath,noscales", q4)
+    assert "continue; }" in both and "metile_cp_small<" not in both
+
+
+def test_a_diagnostic_refuses_a_kernel_without_its_part(sources):
+    _, dense = sources
+    with pytest.raises(ValueError, match="noscales"):
+        diagnostics.apply("noscales", dense)  # dense weights have no scales
+    with pytest.raises(ValueError, match="unknown diagnostic"):
+        diagnostics.apply("nothing", dense)
