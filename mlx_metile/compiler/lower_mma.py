@@ -84,7 +84,6 @@ ALLOWED = {
     "q8split": (0, 1),
     "interleave": (0, 1),
     "swizzle": (0, 1),
-    "blockscales": (0, 1),
 }
 SPLIT_ALIGN = 4  # chunks: each warp's range starts at a multiple of this where K allows
 

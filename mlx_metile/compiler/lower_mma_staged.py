@@ -109,26 +109,10 @@ def ring_rows(spec: ProjectionSpec, tiles: int = 1) -> int:
     return TILE * tiles * (2 if spec.epilogue == "swiglu" else 1)
 
 
-BLOCK_SCALE_GROUPS = 64  # experiment: groups of a row the block-wide scale buffer holds (K <= 4096)
-
-
-def block_scales(spec: ProjectionSpec) -> bool:
-    """EXPERIMENT MLX_METILE_CUDA_MMA_BLOCKSCALES=1: the block copies every row's scales and
-    biases of all of K (at most 4096, a multiple of 512) once, before the loop, instead of
-    each stage copying its own 8 bytes a row. K larger than that traps."""
-    w = spec.weights[0]
-    return mma_override("blockscales") == 1 and w.quantized and w.dtype != "f32" and not interleaved()
-
-
-def block_scale_bytes(spec: ProjectionSpec, tiles: int = 1) -> int:
-    return ring_rows(spec, tiles) * 2 * BLOCK_SCALE_GROUPS * 2 if block_scales(spec) else 0
-
-
 def slot_bytes(spec: ProjectionSpec, tiles: int = 1) -> int:
     """One stage of one warp: the weight rows (padded), then scales, then biases."""
     groups = stage_groups(spec)
-    scales = 0 if block_scales(spec) else 2 * groups * scale_bytes_of(spec)
-    return ring_rows(spec, tiles) * (groups * chunk_bytes(spec) + row_pad() + scales)
+    return ring_rows(spec, tiles) * (groups * chunk_bytes(spec) + row_pad() + 2 * groups * scale_bytes_of(spec))
 
 
 def ring_budget(warps: int) -> int:
@@ -144,7 +128,7 @@ def ring_stages(spec: ProjectionSpec, warps: int, tiles: int = 1) -> int:
     """MLX_METILE_CUDA_MMA_STAGES (2..8), else MAX_STAGES; fewer while the
     block's rings exceed ring_budget(warps)."""
     stages = mma_override("stages") or MAX_STAGES
-    while stages > 1 and warps * stages * slot_bytes(spec, tiles) + block_scale_bytes(spec, tiles) > ring_budget(warps):
+    while stages > 1 and warps * stages * slot_bytes(spec, tiles) > ring_budget(warps):
         stages -= 1
     return stages
 
@@ -288,7 +272,6 @@ class StagedMMALowering(MMALowering):
         self.pieces = self.nrows * self.row_bytes // 16 // 32  # 16-byte copies per lane per stage
         self.scale_passes = -(-self.nrows // 32)  # warp-wide passes copying a stage's scales
         self.interleave = interleaved()
-        self.block_scales = block_scales(spec)
         if self.per_warp not in (1, 2) or (self.per_warp > 1 and self.interleave):
             raise LowerError(f"{program.name}: {self.per_warp} K ranges per warp (1 or 2, not interleaved)")
 
@@ -333,9 +316,6 @@ class StagedMMALowering(MMALowering):
                     extra = "" if self.scale_vector else f" + {4 * b}"
                     for letter, base in (("s", self.scales_at), ("z", self.biases_at)):
                         at = f"slot + {base} + ({row}) * {self.scale_bytes}{extra}"
-                        if self.block_scales:
-                            base = 0 if letter == "s" else self.nrows * BLOCK_SCALE_GROUPS * 2
-                            at = f"bsc + {base} + ({row}) * {BLOCK_SCALE_GROUPS * 2} + ch0 * 2"
                         out.append(Load(typ, f"{letter}{j}_{tile}{h}_{b}", "true", at))
         return out
 
@@ -423,8 +403,6 @@ class StagedMMALowering(MMALowering):
         if not w.quantized:
             return lines
         lines.append(f"const size_t so = (size_t){chunk0} * {scale_bytes_of(self.spec)};")
-        if self.block_scales:
-            return lines
         for pas in range(self.scale_passes):
             lines.append(f"if (lane < {min(32, self.nrows - 32 * pas)}) {{")
             for var, base in (("cs", self.scales_at), ("cz", self.biases_at)):
@@ -444,8 +422,7 @@ class StagedMMALowering(MMALowering):
         sums to `early` after the first range's last stage."""
         self.use_helper("cuda_cp_async")
         s, stages, groups = self.s, self.stages, self.groups
-        bsc_bytes = block_scale_bytes(self.spec, self.tiles)
-        ring_bytes = max(s.SG * stages * self.slot + bsc_bytes, self.red_bytes(nacc))
+        ring_bytes = max(s.SG * stages * self.slot, self.red_bytes(nacc))
         # two K ranges per warp: the first range's partial sums wait after the ring
         early_at = ring_bytes
         ring_bytes = self.ring_bytes = ring_bytes + (self.red_bytes(nacc) // 2 if self.per_warp > 1 else 0)
@@ -463,24 +440,11 @@ class StagedMMALowering(MMALowering):
         if not self.interleave:  # else k_split gave nst
             lines.append(f"const int nst = max(c_end - c_begin, 0) / {groups};")
         lines += self.copy_setup(nacc)
-        if self.block_scales:  # every row's scales of all of K, 16 bytes a copy, the warps taking turns
-            lines.append(f"unsigned char* const bsc = metile_ring + {s.SG * stages * self.slot};")
-            lines.append(f"if (K > {BLOCK_SCALE_GROUPS * 64} || K % 512) __trap();")
-            for pas in range(self.scale_passes):
-                lines.append(f"if (lane < {min(32, self.nrows - 32 * pas)}) {{")
-                lines.append(f"  for (int k = warp; k < K / 512; k += {s.SG}) {{")
-                for var, base in (("cs", 0), ("cz", self.nrows * BLOCK_SCALE_GROUPS * 2)):
-                    dst = f"bsc + {base} + ({32 * pas} + lane) * {BLOCK_SCALE_GROUPS * 2} + k * 16"
-                    lines.append(f"    metile_cp16({dst}, {var}{pas} + k * 16, csok{pas});")
-                lines.append("  }")
-                lines.append("}")
         for st in range(stages - 1):
             lines.append(f"if ({st} < nst) {{")
             lines += ["  " + ln for ln in self.copy_stage(str(st), str(st))]
             lines.append("}")
             lines.append("metile_cp_commit();")
-        if self.block_scales:  # the block's scales landed and seen by every warp
-            lines += ["metile_cp_wait<0>();", "__syncthreads();"]
         body = []
         for b in range(groups):
             for ld in self.x_loads(b, f"ch0 + {b}", None):

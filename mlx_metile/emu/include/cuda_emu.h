@@ -9,7 +9,6 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -195,7 +194,6 @@ inline unsigned __cvta_generic_to_shared(const void*) { return 0; }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 
-inline void __trap() { std::abort(); }
 inline void __syncthreads() { metile_emu::block->sync.arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xFFFFFFFFu) { metile_emu::warp().sync.arrive_and_wait(); }
 
