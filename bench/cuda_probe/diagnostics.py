@@ -18,11 +18,16 @@ SLOT = re.compile(r"const unsigned char\* const slot = ring \+ rd \* \d+;")
 RING = re.compile(r"int rd = 0, wr = (\d+);")
 
 
-def no_x(source: str) -> str:
-    out, n = X_LOAD.subn("make_uint4(0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u)", source)
+def replace_all(name: str, pattern: re.Pattern, by: str, source: str) -> str:
+    """Every match of `pattern` replaced by `by`; a kernel without one is refused by name."""
+    out, n = pattern.subn(by, source)
     if not n:
-        raise ValueError("nox: no x loads found in the kernel")
+        raise ValueError(f"{name}: nothing to remove in this kernel ({pattern.pattern[:40]}...)")
     return out
+
+
+def no_x(source: str) -> str:
+    return replace_all("nox", X_LOAD, "make_uint4(0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u)", source)
 
 
 def no_math(source: str) -> str:
@@ -41,10 +46,7 @@ SCALE_COPY = re.compile(r"metile_cp_small<\d+>\([^;]*\);")
 
 
 def no_scales(source: str) -> str:
-    out, n = SCALE_COPY.subn("(void)0;", source)
-    if not n:
-        raise ValueError("noscales: no scale copies found in the kernel")
-    return out
+    return replace_all("noscales", SCALE_COPY, "(void)0;", source)
 
 
 HACKS = {"nox": no_x, "nomath": no_math, "noscales": no_scales}
