@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.cuda_probe import diagnostics  # noqa: E402
 from bench.settings import apply_cuda_settings  # noqa: E402
-from mlx_metile.compiler.lower_mma_staged import column_layout  # noqa: E402
+from mlx_metile.compiler.lower_mma_staged import LAYOUTS, column_layout  # noqa: E402
 from mlx_metile.compiler.schedule import row_bucket  # noqa: E402
 from mlx_metile.runtime import compile_projection  # noqa: E402
 from mlx_metile.spec import ProjectionSpec, WeightFormat  # noqa: E402
@@ -134,6 +134,9 @@ def main() -> None:
     ap.add_argument("--rows", default="1,2,4,8,16,32")
     ap.add_argument("--pool", type=int, default=8)
     ap.add_argument("--variant", action="append", required=True, help="NAME=VAR=v;VAR=v (empty: defaults)")
+    ap.add_argument(
+        "--layout", type=int, choices=LAYOUTS, default=None, help="column layout (default: the op's for N and K)"
+    )
     args = ap.parse_args()
     bits, group = parse_format(args.format)
     nw = 2 if args.epilogue == "swiglu" else 1
@@ -154,7 +157,8 @@ def main() -> None:
         hacks = ",".join(a.partition("=")[2] for a in settings.split(";") if a.startswith("HACK="))
         apply_cuda_settings(";".join(a for a in settings.split(";") if not a.startswith("HACK=")))
         for bucket in sorted({row_bucket(r) for r in rows}):  # as the op picks kernels
-            art = compile_projection(spec, bucket, "cuda", column_layout(N, K))  # as the op does
+            layout = column_layout(N, K) if args.layout is None else args.layout  # as the op does
+            art = compile_projection(spec, bucket, "cuda", layout)
             entry = f"{art.entry}_v{vi}_b{bucket}"  # extern "C": unique across namespaces
             # each variant in its own namespace: their helpers share names
             body_src = (

@@ -99,8 +99,8 @@ for fmt, pool in (("q4g64", 32), ("q8g64", 16)):
     for k, n in ((4096, 4096), (4096, 14336), (14336, 4096)):
         args = shape(fmt, k, n, pool * (4 if k * n < 2**25 else 1))
         SUITE_SWIZZLE[f"{fmt}_{k}x{n}"] = ([*args, "--rows", "1,8,16,32"], SWIZZLE)
-# Calls 11-19 (session 9, bench/results/h200-ab-2026-11-29-session9.json) tried knobs that were
-# removed after them: call 11 is SUITES[11] at commit 69aa49b; calls 12-19 were generated_harness.py
+# Calls 11-20 (session 9, bench/results/h200-ab-2026-11-29-session9.json) tried knobs that were
+# removed after them: call 11 is SUITES[11] at commit 69aa49b; calls 12-20 were generated_harness.py
 # command lines, named in that file's notes.
 # by call number; the last is generated unless another is named
 SUITES = {8: SUITE_SWIZZLE, 9: SUITE_TILES4, 10: SUITE_TILES1}
