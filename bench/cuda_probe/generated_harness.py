@@ -151,13 +151,13 @@ def main() -> None:
     K, N = args.k, args.n
     alloc, params = [], None
     sources, variants = [], []
+    layout = column_layout(N, K) if args.layout is None else args.layout  # the op's, unless given
     for vi, text in enumerate(args.variant):
         name, _, settings = text.partition("=")
         # HACK=nox,nomath: diagnostic rewrites of the source (diagnostics.py), not settings
         hacks = ",".join(a.partition("=")[2] for a in settings.split(";") if a.startswith("HACK="))
         apply_cuda_settings(";".join(a for a in settings.split(";") if not a.startswith("HACK=")))
         for bucket in sorted({row_bucket(r) for r in rows}):  # as the op picks kernels
-            layout = column_layout(N, K) if args.layout is None else args.layout  # as the op does
             art = compile_projection(spec, bucket, "cuda", layout)
             entry = f"{art.entry}_v{vi}_b{bucket}"  # extern "C": unique across namespaces
             # each variant in its own namespace: their helpers share names
