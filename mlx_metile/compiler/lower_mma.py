@@ -82,6 +82,7 @@ ALLOWED = {
     "stages": (2, 3, 4, 5, 6, 7, 8),
     "smem": tuple(range(48, 228)),  # KB of shared memory a block's staged rings may take
     "q8split": (0, 1),
+    "xsmem": (0, 1),
     "interleave": (0, 1),
     "swizzle": (0, 1),
 }

@@ -267,6 +267,21 @@ class StagedMMALowering(MMALowering):
         self.biases_at = self.scales_at + self.nrows * self.scale_bytes
         self.slot = slot_bytes(spec, self.tiles)
         self.stages = ring_stages(spec, schedule.SG, self.tiles)
+        # MLX_METILE_CUDA_MMA_XSMEM=1: x's rows of a stage copied into the slot too (after the
+        # biases), read from there instead of global memory
+        self.xsmem = mma_override("xsmem") == 1
+        if self.xsmem:
+            self.x_row = self.groups * self.ck * 2  # bytes of one x row per stage
+            self.x_stride = self.x_row + PAD
+            self.x_per_row = self.x_row // 16
+            if self.x_per_row > 32 or 32 % self.x_per_row:
+                raise LowerError(f"{program.name}: x rows of {self.x_row} bytes per stage")
+            self.x_at = -(-self.slot // 16) * 16
+            self.slot = self.x_at + schedule.BM * self.x_stride
+            self.x_copies = schedule.BM * self.x_per_row // 32
+            self.stages = mma_override("stages") or 2  # shared memory as the stages need
+            if schedule.SG * self.stages * self.slot > SM_SHARED - 1024:
+                raise LowerError(f"{program.name}: {self.stages} stages with x do not fit shared memory")
         if self.stages < 2:
             raise LowerError(f"{program.name}: the staged rings of {self.tiles} tiles do not fit 2 stages")
         self.pieces = self.nrows * self.row_bytes // 16 // 32  # 16-byte copies per lane per stage
@@ -366,6 +381,13 @@ class StagedMMALowering(MMALowering):
                 piece = f"({piece} ^ (({first} + lane / {per_row}) & {self.swizzle_mask}))"
             lines.append(f"const int cwd{i} = ({first} + lane / {per_row}) * {self.stride} + {piece} * 16;")
         declared = [f"const char* cw{i}; bool cwok{i};" for i in range(self.pieces)]
+        if self.xsmem:  # copy c: rows c * R + lane / P of the block's x (R rows of P pieces per copy)
+            per_row = self.x_per_row
+            lines += [
+                f"const char* const xsrc = reinterpret_cast<const char*>(x + (size_t)min(pid1 * {self.s.BM} + lane / {per_row}, M - 1) * K) + (lane % {per_row}) * 16;",
+                f"const int xrows = M - pid1 * {self.s.BM} - lane / {per_row};",
+                f"const int xdst = {self.x_at} + (lane / {per_row}) * {self.x_stride} + (lane % {per_row}) * 16;",
+            ]
         if not w.quantized:
             return declared + lines
         # scales and biases: in pass p, lane r < rows - 32 p copies ring row 32 p + r's
@@ -400,6 +422,13 @@ class StagedMMALowering(MMALowering):
         lines.append(f"const size_t wo = (size_t){chunk0} * {self.group_bytes};")
         for i in range(self.pieces):
             lines.append(f"metile_cp16(dst + cwd{i}, cw{i} + wo, cwok{i});")
+        if self.xsmem:
+            lines.append(f"const char* const xs = xsrc + (size_t){chunk0} * {self.ck * 2};")
+            rows = 32 // self.x_per_row
+            for c in range(self.x_copies):
+                ok = f"{c * rows} < xrows"
+                src = f"xs + ({ok} ? (size_t){c * rows} * K * 2 : 0)"  # a valid address; nothing is read
+                lines.append(f"metile_cp16(dst + xdst + {c * rows * self.x_stride}, {src}, {ok});")
         if not w.quantized:
             return lines
         lines.append(f"const size_t so = (size_t){chunk0} * {scale_bytes_of(self.spec)};")
@@ -446,7 +475,7 @@ class StagedMMALowering(MMALowering):
             lines.append("}")
             lines.append("metile_cp_commit();")
         body = []
-        for b in range(groups):
+        for b in range(groups if not self.xsmem else 0):
             for ld in self.x_loads(b, f"ch0 + {b}", None):
                 body.append(f"const {ld.typ} {ld.name} = {ld.value()};")
         body.append(f"metile_cp_wait<{stages - 2}>();")
@@ -460,6 +489,11 @@ class StagedMMALowering(MMALowering):
             for ld in self.weight_loads(b, f"ch0 + {b}", None, nacc):
                 body.append(f"const {ld.typ} {ld.name} = *reinterpret_cast<const {ld.typ}*>({ld.addr});")
         for b in range(groups):
+            if self.xsmem:  # the lane's x of chunk b, from the slot
+                for r in range(self.rt):
+                    for sl in range(self.slices):
+                        at = f"slot + {self.x_at} + ({r * 8} + g) * {self.x_stride} + ({b * self.ck} + t * {self.quarter} + {8 * sl}) * 2"
+                        body.append(f"const uint4 xv{r}_{sl}_{b} = *reinterpret_cast<const uint4*>({at});")
             body += self.chunk_math(b, nacc, mma)
         if self.per_warp > 1:  # the end of the warp's first K range
             body.append(f"if (st + 1 == per_warp / {groups}) {{")
