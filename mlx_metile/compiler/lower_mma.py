@@ -83,6 +83,7 @@ ALLOWED = {
     "smem": tuple(range(48, 228)),  # KB of shared memory a block's staged rings may take
     "q8split": (0, 1),
     "xsmem": (0, 1),
+    "xprefetch": (0, 1, 2, 3),
     "interleave": (0, 1),
     "swizzle": (0, 1),
 }

@@ -484,6 +484,7 @@ class StagedMMALowering(MMALowering):
         body += ["  " + ln for ln in self.copy_stage(f"st + {stages - 1}", "wr")]
         body.append("}")
         body.append("metile_cp_commit();")
+        body += self.x_prefetch()
         body.append(f"const unsigned char* const slot = ring + rd * {self.slot};")
         for b in range(groups):
             for ld in self.weight_loads(b, f"ch0 + {b}", None, nacc):
@@ -508,6 +509,26 @@ class StagedMMALowering(MMALowering):
             + ["  " + ln for ln in body]
             + ["}", "metile_cp_wait<0>();", "__syncthreads();  // the ring becomes the reduction buffer"]
         )
+
+    def x_prefetch(self) -> list[str]:
+        """MLX_METILE_CUDA_MMA_XPREFETCH=D: the 128-byte lines of x's rows of stage st + D
+        prefetched into L1 (no registers held), so that its loads hit there."""
+        ahead = mma_override("xprefetch") or 0
+        if not ahead or self.xsmem:
+            return []
+        x_row = self.groups * self.ck * 2
+        per_row = max(1, x_row // 128)
+        lines = -(-self.s.BM * per_row // 32)
+        out = [f"if (st + {ahead} < nst) {{"]
+        out.append(
+            f"  const char* const xp = reinterpret_cast<const char*>(x) + (size_t){self.stage_chunk(f'st + {ahead}')} * {self.ck * 2} + (lane % {per_row}) * 128;"
+        )
+        for i in range(lines):
+            row = f"min(pid1 * {self.s.BM} + {i * 32 // per_row} + lane / {per_row}, M - 1)"
+            cond = "" if (i + 1) * 32 <= self.s.BM * per_row else f"if ({i * 32} + lane < {self.s.BM * per_row}) "
+            out.append(f"  {cond}metile_prefetch_l1(xp + (size_t){row} * K * 2);")
+        out.append("}")
+        return out
 
     def lower(self):
         kernel = super().lower()
