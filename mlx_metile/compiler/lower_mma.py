@@ -84,6 +84,7 @@ ALLOWED = {
     "q8split": (0, 1),
     "xsmem": (0, 1),
     "xprefetch": (0, 1, 2, 3),
+    "xsector": (0, 1),
     "interleave": (0, 1),
     "swizzle": (0, 1),
 }

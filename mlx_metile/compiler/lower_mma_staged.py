@@ -287,6 +287,13 @@ class StagedMMALowering(MMALowering):
         self.pieces = self.nrows * self.row_bytes // 16 // 32  # 16-byte copies per lane per stage
         self.scale_passes = -(-self.nrows // 32)  # warp-wide passes copying a stage's scales
         self.interleave = interleaved()
+        # MLX_METILE_CUDA_MMA_XSECTOR=1: a lane's k of a chunk are 8 at t * 8 + 32 s per 16-byte
+        # x slice s (not 8 s + 16 t), so that a warp's x load reads 64 contiguous bytes of each
+        # of its 8 rows (whole 32-byte sectors); its words move with them (1 or 2 per load)
+        self.xsector = mma_override("xsector") == 1 and w.quantized and self.slices > 1
+        if self.xsector:
+            self.word_width = w.bits // 4  # words of one x slice's 8 k
+            self.word_vector = {1: "unsigned", 2: "uint2"}[self.word_width]
         if self.per_warp not in (1, 2) or (self.per_warp > 1 and self.interleave):
             raise LowerError(f"{program.name}: {self.per_warp} K ranges per warp (1 or 2, not interleaved)")
 
@@ -323,7 +330,11 @@ class StagedMMALowering(MMALowering):
                         out.append(Load("uint4", f"w{j}_{tile}{h}_{b}", "true", at))
                         continue
                     for v0 in range(0, words, self.word_width):
-                        at = f"slot + ({row}) * {self.stride} + {self.piece(f'{b * self.group_bytes} + t * {4 * words} + {4 * v0}')}"
+                        within = f"t * {4 * words} + {4 * v0}"
+                        if self.xsector:  # slice v0 / width of the 4 lanes' 32 k, then the lane's 8
+                            bits = self.spec.weights[0].bits
+                            within = f"{v0 // self.word_width * 4 * bits} + t * {bits}"
+                        at = f"slot + ({row}) * {self.stride} + {self.piece(f'{b * self.group_bytes} + {within}')}"
                         out.append(Load(self.word_vector, f"w{j}_{tile}{h}v{v0}_{b}", "true", at))
                     if self.scale_vector and b:
                         continue
@@ -332,6 +343,17 @@ class StagedMMALowering(MMALowering):
                     for letter, base in (("s", self.scales_at), ("z", self.biases_at)):
                         at = f"slot + {base} + ({row}) * {self.scale_bytes}{extra}"
                         out.append(Load(typ, f"{letter}{j}_{tile}{h}_{b}", "true", at))
+        return out
+
+    def x_loads(self, b: int, ch: str, live: str | None) -> list[Load]:
+        """The lane's x (lower_mma's), or with xsector its 8 k at t * 8 of each 32."""
+        if not self.xsector:
+            return super().x_loads(b, ch, live)
+        out = []
+        for r in range(self.rt):
+            for sl in range(self.slices):
+                at = f"x + xrow{r} * K + ({ch}) * {self.ck} + {32 * sl} + t * 8"
+                out.append(Load("uint4", f"xv{r}_{sl}_{b}", f"xok{r}", at))
         return out
 
     def piece(self, offset: str) -> str:
