@@ -68,7 +68,6 @@ __device__ __forceinline__ void metile_cp_small(void* dst, const void* src, bool
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(d), "l"(src), "n"(N), "r"(ok ? N : 0) : "memory");
 }
-__device__ __forceinline__ void metile_prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 __device__ __forceinline__ void metile_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void metile_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }"""

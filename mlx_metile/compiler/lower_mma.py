@@ -82,8 +82,6 @@ ALLOWED = {
     "stages": (2, 3, 4, 5, 6, 7, 8),
     "smem": tuple(range(48, 228)),  # KB of shared memory a block's staged rings may take
     "q8split": (0, 1),
-    "xsmem": (0, 1),
-    "xprefetch": (0, 1, 2, 3),
     "xsector": (0, 1),
     "interleave": (0, 1),
     "swizzle": (0, 1),
@@ -197,6 +195,28 @@ def wide(spec: ProjectionSpec) -> bool:
     )
 
 
+# Chunks of at least this many 16-byte x slices per lane (group 128) take the sector layout
+# (sector_layout). H200, kernel alone (bench/results/h200-ab-2026-11-29-session10.json,
+# calls 3-4): group 128, 4- and 8-bit, 1.00-1.32x at 8-32 rows and 0.97-1.09x at 1-4 over
+# seven shapes; group 64 (2 slices) mixed, 0.88-1.05x.
+SECTOR_SLICES = 4
+
+
+def sector_layout(spec: ProjectionSpec) -> bool:
+    """Whether lane t's k of a chunk lie at t * 8 + 32 s (x slice s: 8 k, one 16-byte load)
+    rather than at t * quarter + 8 s. Then each warp-wide x load reads 64 contiguous bytes
+    of each of its 8 rows - whole 32-byte sectors, where the other layout reads half of
+    every sector it touches, twice - and each lane's words of a slice move with its k.
+    Part of every row's sum order (which k share an MMA), so a property of the spec:
+    MLX_METILE_CUDA_MMA_XSECTOR=0|1, else chunks of SECTOR_SLICES slices or more."""
+    w = spec.weights[0]
+    slices = chunk_k(spec) // 32
+    if not w.quantized or wide(spec) or slices < 2:
+        return False
+    value = mma_override("xsector")
+    return slices >= SECTOR_SLICES if value is None else value == 1
+
+
 def chunk_k(spec: ProjectionSpec) -> int:
     """k per chunk: the group (one scale per column), two groups when `wide`, or
     32 for dense weights."""
@@ -264,6 +284,10 @@ class MMALowering(_Lowering):
         # the lane's words are consecutive and aligned to their count: loaded 1, 2 or 4 at a time
         self.word_width = min(self.words, 4)
         self.word_vector = {1: "unsigned", 2: "uint2", 4: "uint4"}.get(self.word_width)
+        self.sector = sector_layout(spec)
+        if self.sector:  # a slice's 8 k: 1 word (4-bit) or 2 (8-bit), loaded together
+            self.word_width = w.bits // 4
+            self.word_vector = {1: "unsigned", 2: "uint2"}[self.word_width]
         # the K split: warps' chunk ranges start at multiples of SPLIT_ALIGN when K
         # holds whole multiples of it - a property of the spec alone, so every row
         # bucket splits K alike (a row's sum order must not depend on the row count)
@@ -322,15 +346,25 @@ class MMALowering(_Lowering):
         condition is false."""
         return self.x_loads(b, ch, live) + self.weight_loads(b, ch, live, nacc)
 
+    def slice_k(self, ch: str, sl: int) -> str:
+        """The first k of the lane's x slice `sl` of chunk `ch` (see sector_layout)."""
+        if self.sector:
+            return f"({ch}) * {self.ck} + {32 * sl} + t * 8"
+        return f"({ch}) * {self.ck} + t * {self.quarter} + {8 * sl}"
+
     def x_loads(self, b: int, ch: str, live: str | None) -> list[Load]:
         """The lane's x: per row tile, its quarter of the chunk in 16-byte slices."""
-        kq = f"({ch}) * {self.ck} + t * {self.quarter}"
         out = []
         for r in range(self.rt):
             cond = f"xok{r}" if live is None else f"{live} && xok{r}"
             for sl in range(self.slices):
-                out.append(Load("uint4", f"xv{r}_{sl}_{b}", cond, f"x + xrow{r} * K + {kq} + {8 * sl}"))
+                out.append(Load("uint4", f"xv{r}_{sl}_{b}", cond, f"x + xrow{r} * K + {self.slice_k(ch, sl)}"))
         return out
+
+    def sector_word(self, v0: int, bits: int) -> int:
+        """With sector_layout: the first of the lane's words v0.. among its chunk's words at t = 0
+        (slice v0 / width of the 4 lanes' 32 k; the lane's own 8 k are t * 8 on)."""
+        return v0 // self.word_width * bits
 
     def weight_loads(self, b: int, ch: str, live: str | None, nacc: int) -> list[Load]:
         """The lane's weights (and scales, biases) of chunk `ch`, from global memory."""
@@ -352,6 +386,11 @@ class MMALowering(_Lowering):
                     for v0 in range(0, self.words, self.word_width):
 
                         def packed(i, local, v0=v0, words_row=f"(K / {32 // w.bits})"):
+                            if self.sector:
+                                at = (
+                                    f"({ch}) * {ck * w.bits // 32} + {self.sector_word(v0, w.bits)} + t * {w.bits // 4}"
+                                )
+                                return f"w{i} + {local} * {words_row} + {at}"
                             return f"w{i} + {local} * {words_row} + ({kq}) / {32 // w.bits} + {v0}"
 
                         name = f"w{j}_{tile}{h}v{v0}_{b}"

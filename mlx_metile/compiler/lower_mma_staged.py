@@ -267,33 +267,11 @@ class StagedMMALowering(MMALowering):
         self.biases_at = self.scales_at + self.nrows * self.scale_bytes
         self.slot = slot_bytes(spec, self.tiles)
         self.stages = ring_stages(spec, schedule.SG, self.tiles)
-        # MLX_METILE_CUDA_MMA_XSMEM=1: x's rows of a stage copied into the slot too (after the
-        # biases), read from there instead of global memory
-        self.xsmem = mma_override("xsmem") == 1
-        if self.xsmem:
-            self.x_row = self.groups * self.ck * 2  # bytes of one x row per stage
-            self.x_stride = self.x_row + PAD
-            self.x_per_row = self.x_row // 16
-            if self.x_per_row > 32 or 32 % self.x_per_row:
-                raise LowerError(f"{program.name}: x rows of {self.x_row} bytes per stage")
-            self.x_at = -(-self.slot // 16) * 16
-            self.slot = self.x_at + schedule.BM * self.x_stride
-            self.x_copies = schedule.BM * self.x_per_row // 32
-            self.stages = mma_override("stages") or 2  # shared memory as the stages need
-            if schedule.SG * self.stages * self.slot > SM_SHARED - 1024:
-                raise LowerError(f"{program.name}: {self.stages} stages with x do not fit shared memory")
         if self.stages < 2:
             raise LowerError(f"{program.name}: the staged rings of {self.tiles} tiles do not fit 2 stages")
         self.pieces = self.nrows * self.row_bytes // 16 // 32  # 16-byte copies per lane per stage
         self.scale_passes = -(-self.nrows // 32)  # warp-wide passes copying a stage's scales
         self.interleave = interleaved()
-        # MLX_METILE_CUDA_MMA_XSECTOR=1: a lane's k of a chunk are 8 at t * 8 + 32 s per 16-byte
-        # x slice s (not 8 s + 16 t), so that a warp's x load reads 64 contiguous bytes of each
-        # of its 8 rows (whole 32-byte sectors); its words move with them (1 or 2 per load)
-        self.xsector = mma_override("xsector") == 1 and w.quantized and self.slices > 1
-        if self.xsector:
-            self.word_width = w.bits // 4  # words of one x slice's 8 k
-            self.word_vector = {1: "unsigned", 2: "uint2"}[self.word_width]
         if self.per_warp not in (1, 2) or (self.per_warp > 1 and self.interleave):
             raise LowerError(f"{program.name}: {self.per_warp} K ranges per warp (1 or 2, not interleaved)")
 
@@ -331,9 +309,9 @@ class StagedMMALowering(MMALowering):
                         continue
                     for v0 in range(0, words, self.word_width):
                         within = f"t * {4 * words} + {4 * v0}"
-                        if self.xsector:  # slice v0 / width of the 4 lanes' 32 k, then the lane's 8
+                        if self.sector:
                             bits = self.spec.weights[0].bits
-                            within = f"{v0 // self.word_width * 4 * bits} + t * {bits}"
+                            within = f"{4 * self.sector_word(v0, bits)} + t * {bits}"
                         at = f"slot + ({row}) * {self.stride} + {self.piece(f'{b * self.group_bytes} + {within}')}"
                         out.append(Load(self.word_vector, f"w{j}_{tile}{h}v{v0}_{b}", "true", at))
                     if self.scale_vector and b:
@@ -343,17 +321,6 @@ class StagedMMALowering(MMALowering):
                     for letter, base in (("s", self.scales_at), ("z", self.biases_at)):
                         at = f"slot + {base} + ({row}) * {self.scale_bytes}{extra}"
                         out.append(Load(typ, f"{letter}{j}_{tile}{h}_{b}", "true", at))
-        return out
-
-    def x_loads(self, b: int, ch: str, live: str | None) -> list[Load]:
-        """The lane's x (lower_mma's), or with xsector its 8 k at t * 8 of each 32."""
-        if not self.xsector:
-            return super().x_loads(b, ch, live)
-        out = []
-        for r in range(self.rt):
-            for sl in range(self.slices):
-                at = f"x + xrow{r} * K + ({ch}) * {self.ck} + {32 * sl} + t * 8"
-                out.append(Load("uint4", f"xv{r}_{sl}_{b}", f"xok{r}", at))
         return out
 
     def piece(self, offset: str) -> str:
@@ -403,13 +370,6 @@ class StagedMMALowering(MMALowering):
                 piece = f"({piece} ^ (({first} + lane / {per_row}) & {self.swizzle_mask}))"
             lines.append(f"const int cwd{i} = ({first} + lane / {per_row}) * {self.stride} + {piece} * 16;")
         declared = [f"const char* cw{i}; bool cwok{i};" for i in range(self.pieces)]
-        if self.xsmem:  # copy c: rows c * R + lane / P of the block's x (R rows of P pieces per copy)
-            per_row = self.x_per_row
-            lines += [
-                f"const char* const xsrc = reinterpret_cast<const char*>(x + (size_t)min(pid1 * {self.s.BM} + lane / {per_row}, M - 1) * K) + (lane % {per_row}) * 16;",
-                f"const int xrows = M - pid1 * {self.s.BM} - lane / {per_row};",
-                f"const int xdst = {self.x_at} + (lane / {per_row}) * {self.x_stride} + (lane % {per_row}) * 16;",
-            ]
         if not w.quantized:
             return declared + lines
         # scales and biases: in pass p, lane r < rows - 32 p copies ring row 32 p + r's
@@ -444,13 +404,6 @@ class StagedMMALowering(MMALowering):
         lines.append(f"const size_t wo = (size_t){chunk0} * {self.group_bytes};")
         for i in range(self.pieces):
             lines.append(f"metile_cp16(dst + cwd{i}, cw{i} + wo, cwok{i});")
-        if self.xsmem:
-            lines.append(f"const char* const xs = xsrc + (size_t){chunk0} * {self.ck * 2};")
-            rows = 32 // self.x_per_row
-            for c in range(self.x_copies):
-                ok = f"{c * rows} < xrows"
-                src = f"xs + ({ok} ? (size_t){c * rows} * K * 2 : 0)"  # a valid address; nothing is read
-                lines.append(f"metile_cp16(dst + xdst + {c * rows * self.x_stride}, {src}, {ok});")
         if not w.quantized:
             return lines
         lines.append(f"const size_t so = (size_t){chunk0} * {scale_bytes_of(self.spec)};")
@@ -497,7 +450,7 @@ class StagedMMALowering(MMALowering):
             lines.append("}")
             lines.append("metile_cp_commit();")
         body = []
-        for b in range(groups if not self.xsmem else 0):
+        for b in range(groups):
             for ld in self.x_loads(b, f"ch0 + {b}", None):
                 body.append(f"const {ld.typ} {ld.name} = {ld.value()};")
         body.append(f"metile_cp_wait<{stages - 2}>();")
@@ -506,17 +459,11 @@ class StagedMMALowering(MMALowering):
         body += ["  " + ln for ln in self.copy_stage(f"st + {stages - 1}", "wr")]
         body.append("}")
         body.append("metile_cp_commit();")
-        body += self.x_prefetch()
         body.append(f"const unsigned char* const slot = ring + rd * {self.slot};")
         for b in range(groups):
             for ld in self.weight_loads(b, f"ch0 + {b}", None, nacc):
                 body.append(f"const {ld.typ} {ld.name} = *reinterpret_cast<const {ld.typ}*>({ld.addr});")
         for b in range(groups):
-            if self.xsmem:  # the lane's x of chunk b, from the slot
-                for r in range(self.rt):
-                    for sl in range(self.slices):
-                        at = f"slot + {self.x_at} + ({r * 8} + g) * {self.x_stride} + ({b * self.ck} + t * {self.quarter} + {8 * sl}) * 2"
-                        body.append(f"const uint4 xv{r}_{sl}_{b} = *reinterpret_cast<const uint4*>({at});")
             body += self.chunk_math(b, nacc, mma)
         if self.per_warp > 1:  # the end of the warp's first K range
             body.append(f"if (st + 1 == per_warp / {groups}) {{")
@@ -531,26 +478,6 @@ class StagedMMALowering(MMALowering):
             + ["  " + ln for ln in body]
             + ["}", "metile_cp_wait<0>();", "__syncthreads();  // the ring becomes the reduction buffer"]
         )
-
-    def x_prefetch(self) -> list[str]:
-        """MLX_METILE_CUDA_MMA_XPREFETCH=D: the 128-byte lines of x's rows of stage st + D
-        prefetched into L1 (no registers held), so that its loads hit there."""
-        ahead = mma_override("xprefetch") or 0
-        if not ahead or self.xsmem:
-            return []
-        x_row = self.groups * self.ck * 2
-        per_row = max(1, x_row // 128)
-        lines = -(-self.s.BM * per_row // 32)
-        out = [f"if (st + {ahead} < nst) {{"]
-        out.append(
-            f"  const char* const xp = reinterpret_cast<const char*>(x) + (size_t){self.stage_chunk(f'st + {ahead}')} * {self.ck * 2} + (lane % {per_row}) * 128;"
-        )
-        for i in range(lines):
-            row = f"min(pid1 * {self.s.BM} + {i * 32 // per_row} + lane / {per_row}, M - 1)"
-            cond = "" if (i + 1) * 32 <= self.s.BM * per_row else f"if ({i * 32} + lane < {self.s.BM * per_row}) "
-            out.append(f"  {cond}metile_prefetch_l1(xp + (size_t){row} * K * 2);")
-        out.append("}")
-        return out
 
     def lower(self):
         kernel = super().lower()

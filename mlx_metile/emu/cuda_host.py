@@ -35,7 +35,6 @@ _ASM_REPLACEMENTS = (
     ("lop3.b32", "d = (a & mask) | magic;"),
     ("cp.async.cg.shared.global", "metile_emu::copy(dst, src, ok ? 16 : 0, 16);"),
     ("cp.async.ca.shared.global", "metile_emu::copy(dst, src, ok ? N : 0, N);"),
-    ("prefetch.global.L1", "(void)p;"),
     ("cp.async.commit_group", "(void)0;"),
     ("cp.async.wait_group", "(void)0;"),
 )

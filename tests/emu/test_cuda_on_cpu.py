@@ -333,6 +333,34 @@ def test_cuda_variants_on_the_cpu_match_float64(monkeypatch, spec, K, N, setting
     assert all(np.array_equal(y[:1], y1) for y, y1 in zip(got, alone)), f"{spec.name()}: row 0 differs"
 
 
+SECTOR = [  # (spec, K, N, settings): the sector layout (lower_mma.sector_layout)
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 128),), k_multiple=256), 1024, 40, {}),  # the default at g128
+    (ProjectionSpec("f16", (WeightFormat("f16", 8, 128),), k_multiple=256), 1024, 24, {}),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 128),), k_multiple=256), 512, 24, {"STAGED": "0"}),  # direct loads
+    (ProjectionSpec("bf16", (q8, q8), "swiglu", k_multiple=256), 512, 16, {"XSECTOR": "1"}),  # asked for at g64
+]
+
+
+@pytest.mark.parametrize(
+    "spec,K,N,settings", SECTOR, ids=[f"{c[0].name()}-{','.join(c[3]) or 'default'}" for c in SECTOR]
+)
+def test_sector_layout_matches_float64_and_is_row_invariant(monkeypatch, spec, K, N, settings):
+    """Lane t's k of a chunk at t * 8 + 32 s: the x loads, the ring's (or global) word loads and
+    the unpacking agree - within the float64 tolerance, and row 0 alike at 1, 5, 16 and 32 rows."""
+    for name, value in settings.items():
+        monkeypatch.setenv(f"MLX_METILE_CUDA_MMA_{name}", value)
+    compile_projection.cache_clear()
+    source = compile_projection(spec, 16, "cuda", 1).source
+    assert "+ 32 + t * 8)" in source, "x not in the sector layout"
+    assert ("metile_cp16(" in source) == ("STAGED" not in settings)
+    case = Case(spec, K, N, rows=32)
+    alone = case.run(8, 1)
+    for bucket, rows in ((8, 5), (16, 16), (32, 32)):
+        got = case.run(bucket, rows)
+        case.check(got, rows, f"{spec.name()} {settings} rows={rows}")
+        assert all(np.array_equal(y[:1], y1) for y, y1 in zip(got, alone)), f"{spec.name()}: row 0 differs at {rows}"
+
+
 def test_unknown_inline_ptx_is_refused_by_name():
     """A PTX statement the emulator has no C++ for stops the translation (it never runs as
     something else), and so does text that is not a generated kernel."""
