@@ -417,16 +417,29 @@ def copy_roofline() -> tuple[float, str]:
     return 2 * a.nbytes / t, "mlx a + 1, 1 GiB"
 
 
+# benchmark formats: (bits, group size) of MLX's affine quantization; bf16 dense
+FORMATS = {
+    "bf16": (16, 0),
+    "int4": (4, 64),
+    "int8": (8, 64),
+    "int4g32": (4, 32),
+    "int4g128": (4, 128),
+    "int8g32": (8, 32),
+    "int8g128": (8, 128),
+}
+
+
 def make_weight(fmt: str, K: int, N: int, seed: int) -> tuple:
-    """(w,) for bf16, else MLX's (packed, scales, biases) at group 64."""
+    """(w,) for bf16, else MLX's (packed, scales, biases) in that format."""
     w = (mx.random.normal((N, K), key=mx.random.key(seed)) * K**-0.5).astype(mx.bfloat16)
-    return (w,) if fmt == "bf16" else tuple(mx.quantize(w, group_size=64, bits=4 if fmt == "int4" else 8))
+    bits, group = FORMATS[fmt]
+    return (w,) if fmt == "bf16" else tuple(mx.quantize(w, group_size=group, bits=bits))
 
 
 def make_pool(fmt: str, K: int, N: int, widths: tuple[int, ...] = ()):
     """Weights of one product each, enough to fill POOL_BYTES; with `widths` (a fused
     product), each entry is a tuple of one weight per width. Returns (pool, bytes per entry)."""
-    one = K * N * (2 if fmt == "bf16" else (0.5 if fmt == "int4" else 1.0))
+    one = K * N * FORMATS[fmt][0] / 8
     count = max(4, int(POOL_BYTES // one) + 1)
     pool = []
     for i in range(count):
@@ -522,18 +535,18 @@ def torch_int4(torch, K, N, rows) -> dict:
 
 def product(impl: str, fmt: str, x, p):
     """One projection of x by pool entry p: mlx_metile's op or stock MLX's."""
-    bits = 4 if fmt == "int4" else 8
+    bits, group = FORMATS[fmt]
     if impl == "mlx_metile":
-        return mt.linear(x, p[0]) if fmt == "bf16" else mt.quantized_linear(x, *p, group_size=64, bits=bits)
-    return x @ p[0].T if fmt == "bf16" else mx.quantized_matmul(x, *p, transpose=True, group_size=64, bits=bits)
+        return mt.linear(x, p[0]) if fmt == "bf16" else mt.quantized_linear(x, *p, group_size=group, bits=bits)
+    return x @ p[0].T if fmt == "bf16" else mx.quantized_matmul(x, *p, transpose=True, group_size=group, bits=bits)
 
 
 def fused_product(impl: str, fmt: str, x, entry: tuple, epilogue: str | None) -> list:
     """One fused product of x by a pool entry (a weight per output): mlx_metile's one kernel,
     or stock MLX's products and then SwiGLU (silu(gate) * up, as mlx-lm's MLP)."""
     if impl == "mlx_metile":
-        bits = 4 if fmt == "int4" else 8
-        ws = [p[0] if fmt == "bf16" else mt.QuantizedWeight(*p, 64, bits) for p in entry]
+        bits, group = FORMATS[fmt]
+        ws = [p[0] if fmt == "bf16" else mt.QuantizedWeight(*p, group, bits) for p in entry]
         out = mt.fused_linear(x, ws, epilogue=epilogue)
         return out if isinstance(out, list) else [out]
     outs = [product("stock", fmt, x, p) for p in entry]
@@ -674,7 +687,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--correctness", choices=["full", "quick", "grad", "none"], default="full")
     ap.add_argument("--shapes", nargs="*", default=[*SHAPES, *FUSED_SHAPES], choices=[*SHAPES, *FUSED_SHAPES])
-    ap.add_argument("--formats", nargs="*", default=["bf16", "int4", "int8"])
+    ap.add_argument("--formats", nargs="*", default=["bf16", "int4", "int8"], choices=list(FORMATS))
     ap.add_argument(
         "--products-per-eval",
         type=int,

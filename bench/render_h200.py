@@ -101,8 +101,10 @@ def plot(report: dict, mode: str, path: str) -> None:
     for c in report["cases"]:
         if mode in c:
             series[(c["shape"], c["format"])].append((c["rows"], c[mode]["speedup"]))
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), sharey=True)
-    for ax, fmt in zip(axes, ("bf16", "int4", "int8")):
+    formats = list(dict.fromkeys(f for _, f in series))  # in the order the run measured them
+    fig, axes = plt.subplots(1, len(formats), figsize=(5 * len(formats), 4.5), sharey=True, squeeze=False)
+    axes = axes[0]
+    for ax, fmt in zip(axes, formats):
         for (shape, f), pts in sorted(series.items()):
             if f != fmt:
                 continue
