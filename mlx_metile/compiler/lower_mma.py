@@ -83,6 +83,7 @@ ALLOWED = {
     "smem": tuple(range(48, 228)),  # KB of shared memory a block's staged rings may take
     "q8split": (0, 1),
     "xsector": (0, 1),
+    "strided": (0, 1),
     "interleave": (0, 1),
     "swizzle": (0, 1),
 }

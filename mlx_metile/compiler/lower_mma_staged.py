@@ -345,6 +345,14 @@ class StagedMMALowering(MMALowering):
         lines.append(f"if (!ok) src = {addr(members[0], '0')};  // a valid address; nothing is read")
         return lines
 
+    def strided(self, nacc: int) -> bool:
+        """MLX_METILE_CUDA_MMA_STRIDED=1: each accumulator's copy pieces from one base pointer
+        and the row stride (a column's bytes), their destinations constant offsets from one -
+        instead of a pointer, flag and offset per piece held in registers through the loop.
+        Where every accumulator reads one weight, on padded rings."""
+        one_each = all(len(self.members(j)) == 1 for j in range(nacc))
+        return mma_override("strided") == 1 and one_each and not self.swizzle_mask
+
     def copy_setup(self, nacc: int) -> list[str]:
         """Per lane, before the loop: its copy pieces' sources (at stage 0 of K)
         and destinations within a slot."""
@@ -353,7 +361,18 @@ class StagedMMALowering(MMALowering):
         rows_per_copy = 32 // per_row
         row_bytes = f"(size_t)K * {w.bits} / 8" if w.quantized else "(size_t)K * 2"
         lines: list[str] = []  # `lane` comes from the prologue
-        for i in range(self.pieces):
+        if self.strided(nacc):
+            lines += [
+                f"const size_t cw_row = {row_bytes};",
+                f"const int cwd = (lane / {per_row}) * {self.stride} + (lane % {per_row}) * 16;",
+            ]
+            for j in range(nacc):
+                m, col = self.members(j)[0], f"pid0 * {self.s.BN} + lane / {per_row}"
+                lines += [  # columns left from the lane's first; the base may lie past the end
+                    f"const int cwn{j} = N{m} - ({col});",
+                    f"const char* const cwb{j} = reinterpret_cast<const char*>(w{m}) + (size_t)({col}) * cw_row + (lane % {per_row}) * 16;",
+                ]
+        for i in range(self.pieces if not self.strided(nacc) else 0):
             first = i * rows_per_copy  # the piece's rows lie in one 16-row band: (accumulator, tile)
             j, tile = divmod(first // TILE, self.tiles)
             col = f"(pid0 * {self.s.BN} + {TILE * tile + first % TILE} + lane / {per_row})"
@@ -369,7 +388,7 @@ class StagedMMALowering(MMALowering):
             if self.swizzle_mask:
                 piece = f"({piece} ^ (({first} + lane / {per_row}) & {self.swizzle_mask}))"
             lines.append(f"const int cwd{i} = ({first} + lane / {per_row}) * {self.stride} + {piece} * 16;")
-        declared = [f"const char* cw{i}; bool cwok{i};" for i in range(self.pieces)]
+        declared = [f"const char* cw{i}; bool cwok{i};" for i in range(self.pieces if not self.strided(nacc) else 0)]
         if not w.quantized:
             return declared + lines
         # scales and biases: in pass p, lane r < rows - 32 p copies ring row 32 p + r's
@@ -402,7 +421,16 @@ class StagedMMALowering(MMALowering):
         chunk0 = self.stage_chunk(stage)
         lines = [f"unsigned char* const dst = ring + ({slot}) * {self.slot};"]
         lines.append(f"const size_t wo = (size_t){chunk0} * {self.group_bytes};")
-        for i in range(self.pieces):
+        nacc = self.nrows // (TILE * self.tiles)
+        if self.strided(nacc):
+            rows_per_copy = 32 // (self.row_bytes // 16)
+            per_acc = self.pieces // nacc
+            for i in range(self.pieces):
+                j, p = divmod(i, per_acc)
+                k = p * rows_per_copy  # columns past the lane's first (past the last: copies 0 bytes)
+                src = f"cwb{j} + (size_t){k} * cw_row + wo"
+                lines.append(f"metile_cp16(dst + cwd + {i * rows_per_copy * self.stride}, {src}, {k} < cwn{j});")
+        for i in range(self.pieces if not self.strided(nacc) else 0):
             lines.append(f"metile_cp16(dst + cwd{i}, cw{i} + wo, cwok{i});")
         if not w.quantized:
             return lines
