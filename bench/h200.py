@@ -695,6 +695,9 @@ def main() -> int:
         help="products per mx.eval (a model's decode step evaluates a few hundred projections at once)",
     )
     ap.add_argument("--modes", nargs="*", default=list(MODES), choices=list(MODES))
+    ap.add_argument(
+        "--rows", nargs="*", type=int, default=None, help="row counts (default: 1-32, or 1, 4, 16 with --quick)"
+    )
     args = ap.parse_args()
     PRODUCTS_PER_EVAL = args.products_per_eval
     MODES[:] = [m for m in MODES if m in args.modes]
@@ -727,7 +730,7 @@ def main() -> int:
         print("correctness", json.dumps(report["correctness"])[:2000], f"{time.time() - t0:.0f}s", flush=True)
     report["copy_roofline_bytes_per_s"], report["copy_roofline_method"] = copy_roofline()
     print(f"copy roofline {report['copy_roofline_bytes_per_s'] / 1e12:.2f} TB/s", flush=True)
-    rows_list = [1, 4, 16] if args.quick else ROWS
+    rows_list = args.rows or ([1, 4, 16] if args.quick else ROWS)
     try:
         import torch as torch_mod
 

@@ -66,10 +66,14 @@ SHARED = {"warps": 4, "wide": 0}
 # `tiles` 2: on the staged ring where it fits and the output is wide enough
 # (lower_mma_staged.staged_max_tiles), +3-39% on the H200 at 1-32 rows for 4096 -> 14336
 # (bench/results/h200-ab-2026-11-29-session5.json, call 13); 1 elsewhere.
+# `strided` (staged schedule only; lower_mma_staged.strided): the ring's copies addressed from
+# one pointer per accumulator - at 32 rows, where the kernels spill: H200, kernel alone
+# (bench/results/h200-ab-2026-11-29-session10.json, calls 6-7), 1.03-1.11x for 4-bit weights,
+# 0.98-1.07x 8-bit, 0.99-1.02x dense; at 1-16 rows 0.80-1.04x, so off there.
 DEFAULTS = {
-    8: {"batch": 2, "tiles": 2, "minblocks": 4},
-    16: {"batch": 1, "tiles": 2, "minblocks": 0},
-    32: {"batch": 1, "tiles": 2, "minblocks": 2},
+    8: {"batch": 2, "tiles": 2, "minblocks": 4, "strided": 0},
+    16: {"batch": 1, "tiles": 2, "minblocks": 0, "strided": 0},
+    32: {"batch": 1, "tiles": 2, "minblocks": 2, "strided": 1},
 }
 ALLOWED = {
     "warps": (1, 2, 4, 8, 16),

@@ -247,6 +247,24 @@ def staged(spec: ProjectionSpec, schedule) -> bool:
     return stageable(spec) and ring_stages(spec, schedule.SG, schedule.BN // TILE) >= 2
 
 
+def gate_up_16(spec: ProjectionSpec, rows_bucket: int) -> bool:
+    """The 16-row SwiGLU gate/up of 4-bit group-64 weights, unless MLX_METILE_CUDA_MMA_STRIDED
+    or _MINBLOCKS is set: strided copies and 3 blocks per SM (168 registers, no spill, against
+    178 and 2 blocks). H200, kernel alone (h200-ab-2026-11-29-session10.json, calls 6-7):
+    1.15x on 4096 -> 2 x 14336, 1.18x on 1536 -> 2 x 8960; the same for 8-bit or group-128
+    weights, whose kernels already fit 3 blocks, 0.80-0.99x."""
+    w = spec.weights[0]
+    untuned = mma_override("strided") is None and mma_override("minblocks") is None
+    return (
+        untuned
+        and rows_bucket == 16
+        and spec.epilogue == "swiglu"
+        and w.quantized
+        and w.bits == 4
+        and chunk_k(spec) == 64
+    )
+
+
 class StagedMMALowering(MMALowering):
     def __init__(self, program, schedule, divisors, vector_buffers, spec: ProjectionSpec):
         super().__init__(program, schedule, divisors, vector_buffers, spec)
@@ -346,12 +364,15 @@ class StagedMMALowering(MMALowering):
         return lines
 
     def strided(self, nacc: int) -> bool:
-        """MLX_METILE_CUDA_MMA_STRIDED=1: each accumulator's copy pieces from one base pointer
-        and the row stride (a column's bytes), their destinations constant offsets from one -
-        instead of a pointer, flag and offset per piece held in registers through the loop.
-        Where every accumulator reads one weight, on padded rings."""
+        """Each accumulator's copy pieces from one base pointer and the row stride (a column's
+        bytes), their destinations constant offsets from one - instead of a pointer, flag and
+        offset per piece held in registers through the loop (pieces past the last column
+        copy 0 bytes from an address past it). Where every accumulator reads one weight, on
+        padded rings: at 32 rows (lower_mma.DEFAULTS), for gate_up_16 (below), or as
+        MLX_METILE_CUDA_MMA_STRIDED says."""
         one_each = all(len(self.members(j)) == 1 for j in range(nacc))
-        return mma_override("strided") == 1 and one_each and not self.swizzle_mask
+        wanted = mma_setting("strided", self.s.BM) == 1 or gate_up_16(self.spec, self.s.BM)
+        return wanted and one_each and not self.swizzle_mask
 
     def copy_setup(self, nacc: int) -> list[str]:
         """Per lane, before the loop: its copy pieces' sources (at stage 0 of K)
@@ -511,7 +532,7 @@ class StagedMMALowering(MMALowering):
         kernel = super().lower()
         # no more blocks per SM asked for (capping registers) than the rings let share one
         fit = max(1, SM_SHARED // (self.ring_bytes + 1024))  # the driver keeps 1 KB a block
-        blocks = mma_setting("minblocks", self.s.BM)
+        blocks = 3 if gate_up_16(self.spec, self.s.BM) else mma_setting("minblocks", self.s.BM)
         usual = mma_warps(self.spec)
         if self.s.SG > usual and blocks:  # more warps (SPREAD, DEEP): as many warps per SM, not blocks
             blocks = max(1, blocks * usual // self.s.SG)

@@ -361,6 +361,28 @@ def test_sector_layout_matches_float64_and_is_row_invariant(monkeypatch, spec, K
         assert all(np.array_equal(y[:1], y1) for y, y1 in zip(got, alone)), f"{spec.name()}: row 0 differs at {rows}"
 
 
+STRIDED = [  # (spec, K, N, bucket): where the copies are strided by default; N ends in a partial block
+    (ProjectionSpec("bf16", (q4,), k_multiple=256), 1024, 40, 32),
+    (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), 1024, 24, 16),  # lower_mma_staged.gate_up_16
+    (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 512, 24, 32),
+]
+
+
+@pytest.mark.parametrize("spec,K,N,bucket", STRIDED, ids=[f"{c[0].name()}-{c[3]}" for c in STRIDED])
+def test_strided_copies_give_the_bits_of_per_piece_ones(monkeypatch, spec, K, N, bucket):
+    """The ring's copies from one pointer per accumulator (pieces past the last column copy
+    0 bytes) fill the ring as a pointer per piece does: every output bit alike."""
+    case = Case(spec, K, N, rows=bucket)
+    assert "cwb0" in compile_projection(spec, bucket, "cuda", 0).source, "copies not strided"
+    strided = case.run(bucket, bucket, 0)
+    case.check(strided, bucket, f"{spec.name()} strided")
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_STRIDED", "0")
+    compile_projection.cache_clear()
+    assert "cwb0" not in compile_projection(spec, bucket, "cuda", 0).source
+    per_piece = case.run(bucket, bucket, 0)
+    assert all(np.array_equal(a, b) for a, b in zip(strided, per_piece)), f"{spec.name()}: strided copies changed bits"
+
+
 def test_unknown_inline_ptx_is_refused_by_name():
     """A PTX statement the emulator has no C++ for stops the translation (it never runs as
     something else), and so does text that is not a generated kernel."""
