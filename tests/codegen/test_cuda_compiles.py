@@ -10,6 +10,7 @@ import itertools
 
 import pytest
 
+from mlx_metile.compiler.lower_mma_staged import gate_up_16
 from mlx_metile.compiler.schedule import ROW_BUCKETS, TILED_BUCKET
 from mlx_metile.runtime import compile_projection
 from mlx_metile.runtime.cuda import MAGIC, binary_kind, compiler, find_nvcc, ptx
@@ -200,6 +201,7 @@ def test_staged_mma_kernels_compile(fresh_kernels, monkeypatch, spec, groups):
     4/8-bit weights wherever K holds whole stages and the rings fit; every row
     bucket compiles for sm_90 with the same K split."""
     monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    assert gate_up_16(spec, 16) == (spec is STAGED_SPECS[0][0]), spec.name()  # the one 4-bit group-64 gate/up
     splits = set()
     for bucket in (1, 16, 32):
         art = compile_projection(spec, bucket, "cuda")
@@ -207,7 +209,8 @@ def test_staged_mma_kernels_compile(fresh_kernels, monkeypatch, spec, groups):
         assert ("metile_cp16(" in art.source) == bool(groups), spec.name()
         if groups:
             assert f"const int ch0 = (c_begin + (st) * {groups});" in art.source, spec.name()
-            bounds = {1: "(128, 4)", 16: "(128)", 32: "(128, 2)"}[bucket]  # registers capped for 4 or 2 blocks
+            # registers capped for 4 or 2 blocks; 3 for the 16-row 4-bit group-64 gate/up
+            bounds = {1: "(128, 4)", 16: "(128, 3)" if gate_up_16(spec, 16) else "(128)", 32: "(128, 2)"}[bucket]
             assert f"__launch_bounds__{bounds}" in art.source, spec.name()
         splits.add(k_split(art))
         assert sm90_code(ptx(art, "sm_90"))
