@@ -382,7 +382,8 @@ class StagedMMALowering(MMALowering):
         rows_per_copy = 32 // per_row
         row_bytes = f"(size_t)K * {w.bits} / 8" if w.quantized else "(size_t)K * 2"
         lines: list[str] = []  # `lane` comes from the prologue
-        if self.strided(nacc):
+        strided = self.strided(nacc)
+        if strided:
             lines += [
                 f"const size_t cw_row = {row_bytes};",
                 f"const int cwd = (lane / {per_row}) * {self.stride} + (lane % {per_row}) * 16;",
@@ -393,7 +394,7 @@ class StagedMMALowering(MMALowering):
                     f"const int cwn{j} = N{m} - ({col});",
                     f"const char* const cwb{j} = reinterpret_cast<const char*>(w{m}) + (size_t)({col}) * cw_row + (lane % {per_row}) * 16;",
                 ]
-        for i in range(self.pieces if not self.strided(nacc) else 0):
+        for i in range(0 if strided else self.pieces):  # else a pointer, flag and offset per piece
             first = i * rows_per_copy  # the piece's rows lie in one 16-row band: (accumulator, tile)
             j, tile = divmod(first // TILE, self.tiles)
             col = f"(pid0 * {self.s.BN} + {TILE * tile + first % TILE} + lane / {per_row})"
@@ -409,7 +410,7 @@ class StagedMMALowering(MMALowering):
             if self.swizzle_mask:
                 piece = f"({piece} ^ (({first} + lane / {per_row}) & {self.swizzle_mask}))"
             lines.append(f"const int cwd{i} = ({first} + lane / {per_row}) * {self.stride} + {piece} * 16;")
-        declared = [f"const char* cw{i}; bool cwok{i};" for i in range(self.pieces if not self.strided(nacc) else 0)]
+        declared = [f"const char* cw{i}; bool cwok{i};" for i in range(0 if strided else self.pieces)]
         if not w.quantized:
             return declared + lines
         # scales and biases: in pass p, lane r < rows - 32 p copies ring row 32 p + r's
@@ -443,16 +444,15 @@ class StagedMMALowering(MMALowering):
         lines = [f"unsigned char* const dst = ring + ({slot}) * {self.slot};"]
         lines.append(f"const size_t wo = (size_t){chunk0} * {self.group_bytes};")
         nacc = self.nrows // (TILE * self.tiles)
-        if self.strided(nacc):
-            rows_per_copy = 32 // (self.row_bytes // 16)
-            per_acc = self.pieces // nacc
-            for i in range(self.pieces):
-                j, p = divmod(i, per_acc)
-                k = p * rows_per_copy  # columns past the lane's first (past the last: copies 0 bytes)
-                src = f"cwb{j} + (size_t){k} * cw_row + wo"
-                lines.append(f"metile_cp16(dst + cwd + {i * rows_per_copy * self.stride}, {src}, {k} < cwn{j});")
-        for i in range(self.pieces if not self.strided(nacc) else 0):
-            lines.append(f"metile_cp16(dst + cwd{i}, cw{i} + wo, cwok{i});")
+        rows_per_copy = 32 // (self.row_bytes // 16)
+        for i in range(self.pieces):
+            if not self.strided(nacc):
+                lines.append(f"metile_cp16(dst + cwd{i}, cw{i} + wo, cwok{i});")
+                continue
+            j, p = divmod(i, self.pieces // nacc)  # accumulator j's piece p
+            k = p * rows_per_copy  # columns past the lane's first (past the last: copies 0 bytes)
+            src = f"cwb{j} + (size_t){k} * cw_row + wo"
+            lines.append(f"metile_cp16(dst + cwd + {i * rows_per_copy * self.stride}, {src}, {k} < cwn{j});")
         if not w.quantized:
             return lines
         lines.append(f"const size_t so = (size_t){chunk0} * {scale_bytes_of(self.spec)};")
