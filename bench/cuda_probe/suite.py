@@ -1,7 +1,7 @@
 """Generate the standing set of MLX-free A/B harnesses (bench/cuda_probe/generated_harness.py)
 into a folder git ignores, to carry to the GPU machine and run with run_ab.sh:
 
-    python bench/cuda_probe/suite.py bench/cuda_probe/ab [CALL]   # CALL: a key of SUITES, default the last
+    python bench/cuda_probe/suite.py bench/cuda_probe/ab [CALL]   # CALL: a key of SUITES (8, ..., s10-strided), default the last
     # device, carrying bench/cuda_probe/ab:  bash bench/cuda_probe/run_ab.sh $OUT bench/cuda_probe/ab/*.cu
 
 Each file compares the default kernels of one shape and format with alternatives
@@ -102,15 +102,43 @@ for fmt, pool in (("q4g64", 32), ("q8g64", 16)):
 # Calls 11-20 (session 9, bench/results/h200-ab-2026-11-29-session9.json) tried knobs that were
 # removed after them: call 11 is SUITES[11] at commit 69aa49b; calls 12-20 were generated_harness.py
 # command lines, named in that file's notes.
-# by call number; the last is generated unless another is named
-SUITES = {8: SUITE_SWIZZLE, 9: SUITE_TILES4, 10: SUITE_TILES1}
+# Session 10 (bench/results/h200-ab-2026-11-29-session10.json): calls 1-2 and 5 tried knobs that were
+# removed (commits named there); calls 3-4 and 6-7 chose two rules that remain overridable, and
+# these suites re-run them against the defaults they set. s10-sector: the sector layout
+# (lower_mma.sector_layout: group 128 takes it, group 64 not) against the other layout.
+SUITE_SECTOR = {}
+for fmt, flip in (("q4g64", 1), ("q8g64", 1), ("q4g128", 0), ("q8g128", 0)):
+    variants = ["default=", f"flip={E}XSECTOR={flip}"]
+    SUITE_SECTOR[f"{fmt}_gateup_fused_sector"] = (["--format", fmt, "--pool", "4", "--rows", "1,4,8,16,32"], variants)
+    for k, n in ((4096, 14336), (14336, 4096), (1536, 8960), (8960, 1536)):
+        args = shape(fmt, k, n, 16 if k * n < 2**25 else 8)
+        SUITE_SECTOR[f"{fmt}_{k}x{n}_sector"] = ([*args, "--rows", "1,4,8,16,32"], variants)
+# s10-strided: the strided ring copies (lower_mma_staged.strided: at 32 rows, and with 3 blocks per
+# SM for the 16-row 4-bit group-64 gate/up) against a pointer per piece (STRIDED=0).
+STRIDED = ["default=", f"per_piece={E}STRIDED=0", f"strided={E}STRIDED=1"]
+SUITE_STRIDED = {
+    f"{fmt}_gateup_fused_strided": (["--format", fmt, "--pool", "4", "--rows", "1,8,16,32"], STRIDED)
+    for fmt in ("q4g64", "q8g64", "q4g128")
+}
+for fmt in ("q4g64", "q8g64", "bf16"):
+    for k, n in ((4096, 14336), (14336, 4096), (1536, 8960)):
+        args = shape(fmt, k, n, 16 if k * n < 2**25 else 8)
+        SUITE_STRIDED[f"{fmt}_{k}x{n}_strided"] = ([*args, "--rows", "1,8,16,32"], STRIDED)
+# by call name; the last is generated unless another is named
+SUITES = {
+    "8": SUITE_SWIZZLE,
+    "9": SUITE_TILES4,
+    "10": SUITE_TILES1,
+    "s10-sector": SUITE_SECTOR,
+    "s10-strided": SUITE_STRIDED,
+}
 
 
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "bench/cuda_probe/ab")
-    call = int(sys.argv[2]) if len(sys.argv) > 2 else max(SUITES)
+    call = sys.argv[2] if len(sys.argv) > 2 else list(SUITES)[-1]
     if call not in SUITES:
-        raise SystemExit(f"call: expected one of {sorted(SUITES)}, got {call}")
+        raise SystemExit(f"call: expected one of {', '.join(SUITES)}, got {call}")
     out.mkdir(parents=True, exist_ok=True)
     for name, (args, variants) in SUITES[call].items():
         cmd = [sys.executable, str(HARNESS), str(out / f"{name}.cu"), *args]
