@@ -388,6 +388,21 @@ def timed_with_host(fn, repeat=7) -> tuple[float, float]:
     return statistics.median(total), statistics.median(host)
 
 
+def timed_pair(fa, fb, repeat=15) -> tuple[float, float]:
+    """Median times of whole evaluations of fa and of fb, alternating between them, so that both
+    see the same drift of the machine (clocks, other work) - for ratios of two ways to do one job."""
+    for fn in (fa, fb):
+        mx.eval(fn())
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeat):
+        for fn, out in zip((fa, fb), times):
+            mx.synchronize()
+            t0 = time.perf_counter()
+            mx.eval(fn())
+            out.append(time.perf_counter() - t0)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
 def copy_roofline() -> tuple[float, str]:
     """(bytes read + written per second of a large device copy, how it was taken):
     PyTorch's copy_ between two preallocated 1 GiB buffers where PyTorch has CUDA
@@ -640,7 +655,8 @@ def read_floor_case(pool: list, x, nbytes: int) -> dict:
 
 
 def bench_fused(K, N_q, N_kv, N_ff, rows):
-    """q/k/v and gate/up+SwiGLU fused vs the same projections called separately through mlx_metile."""
+    """q/k/v and gate/up+SwiGLU fused vs the same projections called separately through mlx_metile
+    (eager: 32 calls per evaluation, the two ways alternated over 15 evaluations, medians)."""
     out = {}
     count = 8
     x = mx.random.normal((rows, K)).astype(mx.bfloat16)
@@ -656,8 +672,11 @@ def bench_fused(K, N_q, N_kv, N_ff, rows):
     ]
     mx.eval(qkv, gu)
     reps = 32
-    t_f = timed(lambda: [mt.fused_linear(x, list(qkv[i % count])) for i in range(reps)]) / reps
-    t_s = timed(lambda: [mt.linear(x, w) for i in range(reps) for w in qkv[i % count]]) / reps
+    t_f, t_s = timed_pair(
+        lambda: [mt.fused_linear(x, list(qkv[i % count])) for i in range(reps)],
+        lambda: [mt.linear(x, w) for i in range(reps) for w in qkv[i % count]],
+    )
+    t_f, t_s = t_f / reps, t_s / reps
     out["qkv_bf16"] = {"t_fused": t_f, "t_separate": t_s, "speedup": t_s / t_f}
 
     def fused():
@@ -675,7 +694,7 @@ def bench_fused(K, N_q, N_kv, N_ff, rows):
             outs.append(a * mx.sigmoid(a) * b)
         return outs
 
-    t_f, t_s = timed(fused) / reps, timed(separate) / reps
+    t_f, t_s = (t / reps for t in timed_pair(fused, separate))
     out["gate_up_swiglu_int4"] = {"t_fused": t_f, "t_separate": t_s, "speedup": t_s / t_f}
     return out
 
