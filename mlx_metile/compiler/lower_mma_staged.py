@@ -444,9 +444,9 @@ class StagedMMALowering(MMALowering):
         lines = [f"unsigned char* const dst = ring + ({slot}) * {self.slot};"]
         lines.append(f"const size_t wo = (size_t){chunk0} * {self.group_bytes};")
         nacc = self.nrows // (TILE * self.tiles)
-        rows_per_copy = 32 // (self.row_bytes // 16)
+        strided, rows_per_copy = self.strided(nacc), 32 // (self.row_bytes // 16)
         for i in range(self.pieces):
-            if not self.strided(nacc):
+            if not strided:
                 lines.append(f"metile_cp16(dst + cwd{i}, cw{i} + wo, cwok{i});")
                 continue
             j, p = divmod(i, self.pieces // nacc)  # accumulator j's piece p
