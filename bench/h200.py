@@ -718,6 +718,8 @@ def main() -> int:
         "--rows", nargs="*", type=int, default=None, help="row counts (default: 1-32, or 1, 4, 16 with --quick)"
     )
     args = ap.parse_args()
+    if args.rows is not None and any(r < 1 for r in args.rows):
+        ap.error(f"--rows: expected positive row counts, got {args.rows}")
     PRODUCTS_PER_EVAL = args.products_per_eval
     MODES[:] = [m for m in MODES if m in args.modes]
     mx.set_default_device(mx.gpu)
