@@ -122,16 +122,18 @@ def _not_invariant(y, alone: dict, rows: int) -> list[int]:
     return _rows_differing(y, alone["default"] if rows <= 32 else alone["simt"])
 
 
-def _quantized_rows(arr, check, results, K: int, N: int, dtype, bits: int, rows_list, label: str) -> None:
-    """One int`bits` g64 weight [N, K]: each row count against float64, and every row
+def _quantized_rows(
+    arr, check, results, K: int, N: int, dtype, bits: int, rows_list, label: str, group: int = 64
+) -> None:
+    """One int`bits` weight [N, K] of `group`: each row count against float64, and every row
     against the same row alone (row invariance)."""
-    wq, s, bq = mx.quantize(arr((N, K), dtype, 0.05), group_size=64, bits=bits)
-    wd = dequantize_exact(wq, s, bq, 64, bits)
+    wq, s, bq = mx.quantize(arr((N, K), dtype, 0.05), group_size=group, bits=bits)
+    wd = dequantize_exact(wq, s, bq, group, bits)
     x = arr((32, K), dtype)
-    alone = [np.array(_quantized(x[r : r + 1], wq, s, bq, 64, bits).astype(mx.float32)) for r in range(32)]
+    alone = [np.array(_quantized(x[r : r + 1], wq, s, bq, group, bits).astype(mx.float32)) for r in range(32)]
     for rows in rows_list:
-        y = _quantized(x[:rows], wq, s, bq, 64, bits)
-        name = f"int{bits} g64 {label} {dtype} rows={rows}"
+        y = _quantized(x[:rows], wq, s, bq, group, bits)
+        name = f"int{bits} g{group} {label} {dtype} rows={rows}"
         check(name, y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype)
         _invariance(results, name, _rows_differing(y, alone), rows)
 
@@ -147,12 +149,17 @@ def _odd_group_count(arr, check, results) -> None:
 
 def _wide_outputs(arr, check, results) -> None:
     """Outputs of NARROW_COLUMNS columns or more (plus a tail of 40) over K = SHORT_K:
-    2 column tiles per block on the staged ring on CUDA, at every row bucket."""
+    2 column tiles per block on the staged ring on CUDA, at every row bucket (8-bit group
+    128: at 32 rows, in dynamic shared memory); over K = 1536 (the ONE_WAVE layout: 5 blocks
+    per SM at 1-8 rows)."""
     from mlx_metile.compiler.lower_mma_staged import NARROW_COLUMNS, SHORT_K
 
-    N = NARROW_COLUMNS + 40
-    for bits in (4, 8):
-        _quantized_rows(arr, check, results, SHORT_K, N, mx.bfloat16, bits, (1, 3, 8, 9, 16, 17, 32), f"N={N}")
+    N, rows_list = NARROW_COLUMNS + 40, (1, 3, 8, 9, 16, 17, 32)
+    for K in (SHORT_K, 1536):
+        for bits, group in ((4, 64), (8, 64), (4, 128), (8, 128)):
+            if K == SHORT_K and group == 128 and bits == 4:
+                continue
+            _quantized_rows(arr, check, results, K, N, mx.bfloat16, bits, rows_list, f"N={N} K={K}", group)
 
 
 def _narrow_deep_outputs(arr, check, results) -> None:

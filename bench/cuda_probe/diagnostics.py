@@ -7,6 +7,12 @@ outside bench/cuda_probe uses them.
     nomath  each stage's copies are issued and waited for, nothing else: the ring alone
     noscales  the scales' and biases' copies are never issued (their ring bytes stay as they
             were): what those small copies cost
+
+One rewrite keeps the results (a layout probe, not a diagnostic):
+
+    rowsfirst  the grid's x enumerates row blocks and y column blocks (the harness swaps the
+            launch's dimensions), so that the blocks of one weight tile run back to back and
+            its second row block finds the weights in L2 (with BUCKET=b below the row count)
 """
 
 from __future__ import annotations
@@ -49,7 +55,16 @@ def no_scales(source: str) -> str:
     return replace_all("noscales", SCALE_COPY, "(void)0;", source)
 
 
-HACKS = {"nox": no_x, "nomath": no_math, "noscales": no_scales}
+PIDS = re.compile(r"const int pid0 = \(int\)blockIdx\.x;\n(\s*)const int pid1 = \(int\)blockIdx\.y;")
+
+
+def rows_first(source: str) -> str:
+    return replace_all(
+        "rowsfirst", PIDS, "const int pid0 = (int)blockIdx.y;\n\\1const int pid1 = (int)blockIdx.x;", source
+    )
+
+
+HACKS = {"nox": no_x, "nomath": no_math, "noscales": no_scales, "rowsfirst": rows_first}
 
 
 def apply(names: str, source: str) -> str:

@@ -90,7 +90,7 @@ VARIANT = r"""
     {  // variant @NAME@
       cudaFuncSetAttribute((const void*)@ENTRY@, cudaFuncAttributeMaxDynamicSharedMemorySize, @SMEM@);
       auto launch = [&](int p) {
-        @ENTRY@<<<dim3(@GX@, (rows + @BM@ - 1) / @BM@, 1), dim3(@TX@, 1, 1), @SMEM@>>>(@ARGS@);
+        @ENTRY@<<<@GRID@, dim3(@TX@, 1, 1), @SMEM@>>>(@ARGS@);
       };
       for (int i = 0; i < 2 * POOL; ++i) launch(i % POOL);
       cudaEventRecord(ev[0]);
@@ -156,9 +156,12 @@ def main() -> None:
         name, _, settings = text.partition("=")
         # HACK=nox,nomath: diagnostic rewrites of the source (diagnostics.py), not settings
         hacks = ",".join(a.partition("=")[2] for a in settings.split(";") if a.startswith("HACK="))
-        apply_cuda_settings(";".join(a for a in settings.split(";") if not a.startswith("HACK=")))
+        # BUCKET=b: at most row bucket b's kernel, launched over ceil(rows / b) row blocks (grid y)
+        cap = max([0] + [int(a.partition("=")[2]) for a in settings.split(";") if a.startswith("BUCKET=")])
+        pseudo = ("HACK=", "BUCKET=")
+        apply_cuda_settings(";".join(a for a in settings.split(";") if not a.startswith(pseudo)))
         for bucket in sorted({row_bucket(r) for r in rows}):  # as the op picks kernels
-            art = compile_projection(spec, bucket, "cuda", layout)
+            art = compile_projection(spec, min(bucket, cap) if cap else bucket, "cuda", layout)
             entry = f"{art.entry}_v{vi}_b{bucket}"  # extern "C": unique across namespaces
             # each variant in its own namespace: their helpers share names
             body_src = (
@@ -184,8 +187,10 @@ def main() -> None:
                     ctype = {"u32": "unsigned", "bf16": "__nv_bfloat16"}[p.dtype]
                     args_c.append(f"(const {ctype}*)sets[p][{idx}]")
             grid_x, bm = art.grid(1, N)[0], art.schedule.BM
+            row_blocks = f"(rows + {bm} - 1) / {bm}"
+            grid = f"dim3({row_blocks}, {grid_x}, 1)" if "rowsfirst" in hacks else f"dim3({grid_x}, {row_blocks}, 1)"
             variants.append(
-                (name, bucket, bm, entry, grid_x, art.threads_per_group[0], ", ".join(args_c), art.dynamic_shared)
+                (name, bucket, entry, grid, art.threads_per_group[0], ", ".join(args_c), art.dynamic_shared)
             )
     wbytes = 0
     for p in params:
@@ -208,15 +213,14 @@ def main() -> None:
         else:
             alloc.append(f"    sets[p].push_back(alloc_bf16((size_t)N[{i}], 3u, 0.0f, 0.0f));")
     body = []
-    for vi, (name, bucket, bm, entry, gx, tx, args_c, smem) in enumerate(variants):
+    for vi, (name, bucket, entry, grid, tx, args_c, smem) in enumerate(variants):
         lo = max([0] + [b for (nm, b, *_r) in variants if nm == name and b < bucket])
         first = "true" if vi < len({b for (_, b, *_r) in variants}) else "false"
         text = VARIANT
         for key, val in {
             "@NAME@": f"{name} m{bucket}",
             "@ENTRY@": entry,
-            "@GX@": str(gx),
-            "@BM@": str(bm),
+            "@GRID@": grid,
             "@TX@": str(tx),
             "@ARGS@": args_c,
             "@SMEM@": str(smem),

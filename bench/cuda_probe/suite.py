@@ -124,6 +124,44 @@ for fmt in ("q4g64", "q8g64", "bf16"):
     for k, n in ((4096, 14336), (14336, 4096), (1536, 8960)):
         args = shape(fmt, k, n, 16 if k * n < 2**25 else 8)
         SUITE_STRIDED[f"{fmt}_{k}x{n}_strided"] = ([*args, "--rows", "1,8,16,32"], STRIDED)
+# Session 11. s11-rowblocks: at 16-32 rows, a smaller row bucket's kernel (fewer registers, more
+# blocks per SM) launched over several row blocks (BUCKET=b; rows keep their bits: the K split is the
+# spec's), with its grid in the default order or with the row blocks of a weight tile adjacent
+# (HACK=rowsfirst), so that the second reads the tile from L2.
+ROWBLOCKS = [
+    "default=",
+    "b8=BUCKET=8",
+    "b8r=BUCKET=8;HACK=rowsfirst",
+    "b16=BUCKET=16",
+    "b16r=BUCKET=16;HACK=rowsfirst",
+]
+SUITE_ROWBLOCKS = {}
+for fmt in ("q4g64", "q8g64", "q4g128", "q8g128"):
+    for k, n in ((4096, 14336), (14336, 4096)):
+        args = shape(fmt, k, n, 8)
+        SUITE_ROWBLOCKS[f"{fmt}_{k}x{n}_rowblocks"] = ([*args, "--rows", "16,32"], ROWBLOCKS)
+    SUITE_ROWBLOCKS[f"{fmt}_gateup_fused_rowblocks"] = (["--format", fmt, "--pool", "4", "--rows", "16,32"], ROWBLOCKS)
+# s11-waves: grids just over 4 blocks per SM at 1-8 rows (1536 -> 8960: 560 blocks against 528 places)
+# with 5 blocks per SM (96 registers); and for 8-bit group 128, whose stage of 256 bytes a column
+# leaves one tile in 48 KB: 2 tiles in dynamic shared memory, or 3 stages.
+WAVES = ["default=", f"mb5={E}MINBLOCKS=5"]
+SUITE_WAVES = {}
+for fmt in ("q4g64", "q8g64", "q4g128", "q8g128"):
+    SUITE_WAVES[f"{fmt}_1536x8960_waves"] = ([*shape(fmt, 1536, 8960, 16), "--rows", "1,4,8"], WAVES)
+    fused = ["--format", fmt, "--k", "1536", "--n", "8960", "--pool", "8", "--rows", "1,4,8"]
+    SUITE_WAVES[f"{fmt}_gateup1536_fused_waves"] = (fused, WAVES)
+Q8G128 = [
+    "default=",
+    f"t2={E}TILES=2;{E}SMEM=72",
+    f"t2mb3={E}TILES=2;{E}SMEM=72;{E}MINBLOCKS=3",
+    f"s3={E}STAGES=3;{E}SMEM=54",
+]
+for k, n in ((4096, 14336), (1536, 8960), (14336, 4096)):
+    SUITE_WAVES[f"q8g128_{k}x{n}_tiles"] = (
+        [*shape("q8g128", k, n, 16 if k * n < 2**25 else 8), "--rows", "1,8,16,32"],
+        Q8G128,
+    )
+SUITE_WAVES["q8g128_gateup_fused_tiles"] = (["--format", "q8g128", "--pool", "4", "--rows", "1,8,16,32"], Q8G128)
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -131,6 +169,8 @@ SUITES = {
     "10": SUITE_TILES1,
     "s10-sector": SUITE_SECTOR,
     "s10-strided": SUITE_STRIDED,
+    "s11-rowblocks": SUITE_ROWBLOCKS,
+    "s11-waves": SUITE_WAVES,
 }
 
 

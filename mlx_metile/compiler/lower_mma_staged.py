@@ -124,11 +124,25 @@ def ring_budget(warps: int) -> int:
     return kb * 1024
 
 
-def ring_stages(spec: ProjectionSpec, warps: int, tiles: int = 1) -> int:
+# At 32 rows, 2 tiles whose rings of 2 stages exceed 48 KB but fit this many KB take them in
+# dynamic shared memory (8-bit group 128, 256 bytes a column per stage: 70 KB). H200, kernel
+# alone (h200-ab-2026-11-29-session11.json, call 1): 4096 -> 14336 1.19x at 32 rows against
+# one tile, but 0.72-0.99x at 1-16 rows, so only at 32.
+WIDE_RING_ROWS = 32
+WIDE_RING_KB = 72
+
+
+def ring_stages(spec: ProjectionSpec, warps: int, tiles: int = 1, rows_bucket: int = 0) -> int:
     """MLX_METILE_CUDA_MMA_STAGES (2..8), else MAX_STAGES; fewer while the
-    block's rings exceed ring_budget(warps)."""
+    block's rings exceed ring_budget(warps), or WIDE_RING_KB for 2 tiles at WIDE_RING_ROWS rows."""
     stages = mma_override("stages") or MAX_STAGES
-    while stages > 1 and warps * stages * slot_bytes(spec, tiles) > ring_budget(warps):
+    budget = ring_budget(warps)
+    need = warps * 2 * slot_bytes(spec, tiles)
+    wide_ring = tiles == 2 and rows_bucket >= WIDE_RING_ROWS and spec.weights[0].quantized  # (dense: unmeasured)
+    if wide_ring and mma_override("smem") is None:
+        if budget < need <= WIDE_RING_KB * 1024:
+            budget = WIDE_RING_KB * 1024
+    while stages > 1 and warps * stages * slot_bytes(spec, tiles) > budget:
         stages -= 1
     return stages
 
@@ -157,7 +171,14 @@ SHORT_K = 4096
 # warps it replaced: 8-bit 14336 -> 4096 and 4096 -> 1024 1.10-1.23x at 1-8 rows, 0.95-0.97x
 # at 16-32; 4-bit weights and 4096 -> 4096 gained about as much at 1-8 rows as they lost at
 # 16-32 (1.03-1.06x against 0.92-0.97x), so they keep 4 warps (ONE_TILE).
-TILES, ONE_TILE, SPREAD, DEEP = LAYOUTS = (0, 1, 2, 3)
+# ONE_WAVE: ONE_TILE for grids of more than 4 and at most 5 blocks per SM (1536 -> 8960: 560 blocks
+# against 528 places at 4 per SM); at 1-8 rows their single products of 4/8-bit weights ask for 5
+# blocks per SM (96 registers, wave_blocks), so that the grid runs as one wave. Call 2 of
+# h200-ab-2026-11-29-session11.json, 1536 -> 8960 at 1-8 rows: 1.03-1.07x (4-bit group 64), 1.03-1.06x
+# (8-bit group 64), 1.09-1.12x (4-bit group 128), 1.12-1.17x (8-bit group 128); the SwiGLU gate/up
+# there spills at 96 registers (0.94-1.01x for group 64 and 8-bit group 128), so it keeps 4.
+TILES, ONE_TILE, SPREAD, DEEP, ONE_WAVE = LAYOUTS = (0, 1, 2, 3, 4)
+WAVE_BLOCKS = 5
 SMS = 132  # SMs of the H200
 SPREAD_COLUMNS = SMS * TILE
 SPREAD_K = 8192
@@ -168,24 +189,36 @@ DEEP_ROWS = 8  # the largest row bucket whose blocks have a warp per K range
 
 
 def column_layout(columns: int, k: int) -> int:
-    """The layout (TILES, ONE_TILE, SPREAD or DEEP) of a product of `columns` output columns over `k`."""
+    """The layout (TILES, ONE_TILE, SPREAD, DEEP or ONE_WAVE) of a product of `columns` output columns over `k`."""
     if columns <= SPREAD_COLUMNS and k >= SPREAD_K:
         return SPREAD
     if columns <= DEEP_COLUMNS and k >= SHORT_K and (k >= SPREAD_K or columns <= SPREAD_COLUMNS):
         return DEEP
-    return ONE_TILE if columns < NARROW_COLUMNS or k < SHORT_K else TILES
+    if columns < NARROW_COLUMNS or k < SHORT_K:
+        blocks = -(-columns // TILE)
+        return ONE_WAVE if 4 * SMS < blocks <= WAVE_BLOCKS * SMS else ONE_TILE
+    return TILES
 
 
-def staged_max_tiles(spec: ProjectionSpec, warps: int, layout: int = TILES) -> int:
+def wave_blocks(spec: ProjectionSpec, layout: int, rows_bucket: int) -> int:
+    """Blocks per SM a kernel asks for beyond its row bucket's setting: WAVE_BLOCKS for the
+    single products of 4/8-bit weights in the ONE_WAVE layout at 1-8 rows, else 0 (the setting)."""
+    w = spec.weights[0]
+    if layout != ONE_WAVE or rows_bucket > 8 or not w.quantized or spec.epilogue == "swiglu":
+        return 0
+    return 0 if mma_override("minblocks") is not None else WAVE_BLOCKS
+
+
+def staged_max_tiles(spec: ProjectionSpec, warps: int, layout: int = TILES, rows_bucket: int = 0) -> int:
     """The most 16-column tiles per block: 1 in every layout but TILES; on the staged
-    ring, the most whose rings still fit 2 stages; 1 on the direct loads (4 when
-    MLX_METILE_CUDA_MMA_TILES is set: the direct loads' tuning knob)."""
+    ring, the most whose rings still fit 2 stages (ring_stages at the row bucket); 1 on the
+    direct loads (4 when MLX_METILE_CUDA_MMA_TILES is set: the direct loads' tuning knob)."""
     if not stageable(spec):
         return 4 if mma_override("tiles") is not None else 1
     if layout != TILES:
         return 1
     tiles = 4
-    while tiles > 1 and ring_stages(spec, warps, tiles) < 2:
+    while tiles > 1 and ring_stages(spec, warps, tiles, rows_bucket) < 2:
         tiles //= 2
     return tiles
 
@@ -244,7 +277,7 @@ def stageable(spec: ProjectionSpec) -> bool:
 
 def staged(spec: ProjectionSpec, schedule) -> bool:
     """A stageable spec whose block's rings (warps x tiles) fit two or more stages."""
-    return stageable(spec) and ring_stages(spec, schedule.SG, schedule.BN // TILE) >= 2
+    return stageable(spec) and ring_stages(spec, schedule.SG, schedule.BN // TILE, schedule.BM) >= 2
 
 
 def gate_up_16(spec: ProjectionSpec, rows_bucket: int) -> bool:
@@ -284,7 +317,7 @@ class StagedMMALowering(MMALowering):
         self.scales_at = self.nrows * self.stride
         self.biases_at = self.scales_at + self.nrows * self.scale_bytes
         self.slot = slot_bytes(spec, self.tiles)
-        self.stages = ring_stages(spec, schedule.SG, self.tiles)
+        self.stages = ring_stages(spec, schedule.SG, self.tiles, schedule.BM)
         if self.stages < 2:
             raise LowerError(f"{program.name}: the staged rings of {self.tiles} tiles do not fit 2 stages")
         self.pieces = self.nrows * self.row_bytes // 16 // 32  # 16-byte copies per lane per stage
@@ -532,7 +565,7 @@ class StagedMMALowering(MMALowering):
         kernel = super().lower()
         # no more blocks per SM asked for (capping registers) than the rings let share one
         fit = max(1, SM_SHARED // (self.ring_bytes + 1024))  # the driver keeps 1 KB a block
-        blocks = 3 if gate_up_16(self.spec, self.s.BM) else mma_setting("minblocks", self.s.BM)
+        blocks = 3 if gate_up_16(self.spec, self.s.BM) else self.s.blocks or mma_setting("minblocks", self.s.BM)
         usual = mma_warps(self.spec)
         if self.s.SG > usual and blocks:  # more warps (SPREAD, DEEP): as many warps per SM, not blocks
             blocks = max(1, blocks * usual // self.s.SG)

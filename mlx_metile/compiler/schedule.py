@@ -51,6 +51,7 @@ class Schedule:
     TN: int = 0  # tiled: columns per thread
     S: int = 0  # tiled: k positions staged per barrier
     splits: int = 0  # mma: K ranges (the sum order), a multiple of SG; 0 for SG (one per warp)
+    blocks: int = 0  # mma: blocks per SM to ask for (caps registers); 0 for the row bucket's setting
 
     @property
     def BN(self) -> int:
@@ -125,11 +126,13 @@ def choose(
     mma_warps: int = 0,
     mma_max_tiles: int = 4,
     mma_splits: int = 0,
+    mma_blocks: int = 0,
 ) -> Schedule:
     """`mma_chunk` (CUDA, sm_80+, a spec lower_mma accepts): the k per tensor-core
     chunk; then rows 1..32 take the `mma` schedule, with `mma_warps` warps per
     block (0: lower_mma's setting) and at most `mma_max_tiles` 16-column tiles;
-    `mma_splits` K ranges (0: one per warp; else a multiple of the warps)."""
+    `mma_splits` K ranges (0: one per warp; else a multiple of the warps); `mma_blocks`
+    blocks per SM to ask for (0: the row bucket's setting)."""
     vk = k_per_lane(weight_bits, group_sizes, weight_dtypes)
     if mma_chunk and rows <= MAX_ROWS_PER_PROGRAM:
         # W warps splitting K over T tiles of 16 columns; 8-row tiles of x (so 1..8 rows share one kernel)
@@ -139,7 +142,7 @@ def choose(
         splits = mma_splits if mma_warps and mma_splits > mma_warps else 0  # else one K range per warp
         warps, tiles = mma_shape(bm, accumulators, mma_warps, mma_max_tiles, splits)
         nc = TILE * tiles // warps
-        return Schedule("mma", BM=bm, NC=nc, SG=warps, VK=mma_chunk // 32, U=1, C=1, splits=splits)
+        return Schedule("mma", BM=bm, NC=nc, SG=warps, VK=mma_chunk // 32, U=1, C=1, splits=splits, blocks=mma_blocks)
     if rows > MAX_ROWS_PER_PROGRAM:
         # 256 threads as 16 x 16, each 4 rows x 2 columns of a 64 x 32 tile
         return Schedule("tiled", BM=TILED_BUCKET, NC=4, SG=8, VK=vk, U=1, C=1, TM=4, TN=2, S=min(vk, 32))

@@ -10,7 +10,7 @@ from ..codegen import RENDERERS
 from ..compiler import choose, lower
 from ..compiler.lower_mma import chunk_k as mma_chunk
 from ..compiler.lower_mma import mma_supported
-from ..compiler.lower_mma_staged import LAYOUTS, block_warps, mma_warps, staged_max_tiles
+from ..compiler.lower_mma_staged import LAYOUTS, block_warps, mma_warps, staged_max_tiles, wave_blocks
 from ..ir import bind_meta, format_program, verify
 from ..kernels import projection_program
 from ..spec import ProjectionSpec
@@ -23,7 +23,8 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
     """The kernel of `spec` for calls of up to `rows_bucket` rows on `target`; `layout`
     (CUDA: lower_mma_staged.column_layout of the weight's shape, the same for all row
     buckets; 0 several column tiles per block, 1 one tile, so that narrow
-    outputs still spread over the GPU, 2 and 3 one tile and K split over more warps)."""
+    outputs still spread over the GPU, 2 and 3 one tile and K split over more warps,
+    4 one tile and, at 1-8 rows, 5 blocks per SM)."""
     if target not in RENDERERS:
         raise ValueError(f"unknown target {target!r}; known: {sorted(RENDERERS)}")
     if layout not in LAYOUTS:
@@ -42,8 +43,9 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
         target,
         mma_chunk(spec) if mma else 0,
         warps,
-        staged_max_tiles(spec, warps, layout) if mma else 4,
+        staged_max_tiles(spec, warps, layout, rows_bucket) if mma else 4,
         ranges,
+        wave_blocks(spec, layout, rows_bucket) if mma else 0,
     )
     bound = bind_meta(program, schedule.meta())
     verify(bound)

@@ -7,6 +7,10 @@ MLX_METILE_CUDA_COMPILER=nvrtc on 2026-11-29.)"""
 from __future__ import annotations
 
 import itertools
+import re
+import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +49,22 @@ def sm90_code(data: bytes) -> bool:
     """Machine code of the kind this machine's compiler gives for sm_90 (nvcc: a
     compressed fatbin; NVRTC: a cubin)."""
     return data[:4] == MAGIC[binary_kind("sm_90", compiler()[0])]
+
+
+def ptxas_usage(art) -> dict[str, int] | None:
+    """Registers and spill-store bytes ptxas reports for `art` on sm_90 (None without nvcc)."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.cu"
+        src.write_text(art.source)
+        cmd = [nvcc, "-cubin", "-arch=sm_90", "-Xptxas", "-v", "-o", str(Path(tmp) / "k.cubin"), str(src)]
+        log = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+    return {
+        "registers": int(re.search(r"Used (\d+) registers", log).group(1)),
+        "spill": int(re.search(r"(\d+) bytes spill stores", log).group(1)),
+    }
 
 
 @pytest.fixture
@@ -299,7 +319,7 @@ def test_column_layouts_of_the_benchmark_shapes_and_their_warps(fresh_kernels, m
     bucket of a weight), and the warps and K ranges each layout gives 4-bit, 8-bit and dense
     weights: more K ranges only in SPREAD (all formats) and DEEP (8-bit), and in DEEP at 16-32
     rows 4 warps of two ranges each. Every kernel still builds for sm_90."""
-    from mlx_metile.compiler.lower_mma_staged import DEEP, ONE_TILE, SPREAD, TILES, column_layout
+    from mlx_metile.compiler.lower_mma_staged import DEEP, ONE_TILE, ONE_WAVE, SPREAD, TILES, column_layout
 
     monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
     layouts = {(n, k): column_layout(n, k) for n, k in ((14336, 4096), (4096, 4096), (4096, 14336), (1024, 4096))}
@@ -309,7 +329,7 @@ def test_column_layouts_of_the_benchmark_shapes_and_their_warps(fresh_kernels, m
         (4096, 4096): ONE_TILE,
         (4096, 14336): DEEP,
         (1024, 4096): DEEP,
-        (8960, 1536): ONE_TILE,
+        (8960, 1536): ONE_WAVE,
         (1536, 8960): SPREAD,
         (256, 1536): ONE_TILE,
     }
@@ -329,7 +349,57 @@ def test_column_layouts_of_the_benchmark_shapes_and_their_warps(fresh_kernels, m
         assert all(a.schedule.BN == 16 and "metile_cp16(" in a.source for a in arts)
         assert sm90_code(ptx(arts[-1], "sm_90"))
     with pytest.raises(ValueError, match="layout: expected one of"):
-        compile_projection(ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 8, "cuda", 4)
+        compile_projection(ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 8, "cuda", 5)
+
+
+def test_one_wave_layout_asks_for_five_blocks_per_sm_only_where_measured(fresh_kernels, monkeypatch):
+    """lower_mma_staged.ONE_WAVE (grids of 4-5 blocks per SM): single products of 4/8-bit
+    weights at 1-8 rows ask for 5 blocks per SM; their sources are ONE_TILE's but for the
+    launch bound (so the same sums), and the SwiGLU gate/up, dense weights and 16-32 rows
+    keep ONE_TILE's kernels. The bound holds for sm_90 without spilling at group 64."""
+    from mlx_metile.compiler.lower_mma_staged import ONE_TILE, ONE_WAVE, column_layout
+
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    assert [column_layout(n, 1536) for n in (8448, 8464, 10560, 10576)] == [ONE_TILE, ONE_WAVE, ONE_WAVE, ONE_TILE]
+    q4, q8 = WeightFormat("bf16", 4, 64), WeightFormat("bf16", 8, 128)
+    for spec in (ProjectionSpec("bf16", (q4,), k_multiple=256), ProjectionSpec("bf16", (q8,), k_multiple=256)):
+        for bucket in (1, 8):
+            wave, tile = (compile_projection(spec, bucket, "cuda", lay).source for lay in (ONE_WAVE, ONE_TILE))
+            assert "__launch_bounds__(128, 5)" in wave and "__launch_bounds__(128, 4)" in tile
+            assert wave.replace("__launch_bounds__(128, 5)", "__launch_bounds__(128, 4)") == tile
+        for bucket in (16, 32):
+            assert (
+                compile_projection(spec, bucket, "cuda", ONE_WAVE).source
+                == compile_projection(spec, bucket, "cuda", ONE_TILE).source
+            )
+    others = (
+        ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256),
+        ProjectionSpec("bf16", (WeightFormat("bf16"),)),
+    )
+    for spec in others:
+        assert (
+            compile_projection(spec, 8, "cuda", ONE_WAVE).source == compile_projection(spec, 8, "cuda", ONE_TILE).source
+        )
+    usage = ptxas_usage(compile_projection(ProjectionSpec("bf16", (q4,), k_multiple=256), 8, "cuda", ONE_WAVE))
+    if usage is not None:
+        assert usage["registers"] <= 96 and usage["spill"] == 0, usage
+
+
+def test_eight_bit_group_128_takes_two_tiles_in_dynamic_shared_memory_at_32_rows(fresh_kernels, monkeypatch):
+    """lower_mma_staged.WIDE_RING_KB: 8-bit group-128 stages (256 bytes a column) fit 2 tiles'
+    rings of 2 stages only in 70 KB, so at 32 rows the TILES layout sizes them at launch; at
+    1-16 rows one tile in 48 KB as before; formats whose 2 tiles fit 48 KB are untouched."""
+    from mlx_metile.compiler.lower_mma_staged import TILES
+
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    spec = ProjectionSpec("bf16", (WeightFormat("bf16", 8, 128),), k_multiple=256)
+    arts = {b: compile_projection(spec, b, "cuda", TILES) for b in (8, 16, 32)}
+    assert [arts[b].schedule.BN for b in (8, 16, 32)] == [16, 16, 32]
+    assert arts[32].dynamic_shared == 4 * 2 * 32 * (256 + 16 + 8) and arts[16].dynamic_shared == 0
+    assert "extern __shared__" in arts[32].source and "metile_cp16(" in arts[32].source
+    assert sm90_code(ptx(arts[32], "sm_90"))
+    q4 = ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64),), k_multiple=256)
+    assert compile_projection(q4, 32, "cuda", TILES).dynamic_shared == 0
 
 
 @pytest.mark.skipif(find_nvcc() is None, reason="a fatbin needs nvcc (NVRTC gives cubins)")

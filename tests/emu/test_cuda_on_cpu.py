@@ -140,13 +140,15 @@ def test_cuda_kernels_on_the_cpu_match_float64_and_are_row_invariant(spec, K, N)
 def test_two_column_tiles_give_the_bits_of_one(monkeypatch):
     """The staged ring with two 16-column tiles per block (wide, deep products) computes
     what one tile does, bit for bit, in every row bucket; with smaller stages SwiGLU's
-    64-row ring copies its scales in two passes and matches too."""
+    64-row ring copies its scales in two passes and matches too; 8-bit group 128 has two
+    tiles only at 32 rows, in dynamic shared memory (lower_mma_staged.WIDE_RING_KB)."""
     every = ((8, 5), (16, 16), (32, 20))
     for spec, K, N, groups, buckets in (
         (ProjectionSpec("bf16", (q4,), k_multiple=256), 512, 80, None, every),
         (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),), k_multiple=256), 512, 48, None, every),
         # at 32 rows two SwiGLU tiles would hold too many partial sums: one tile there
         (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), 512, 48, "2", every[:2]),
+        (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 128),), k_multiple=256), 1024, 48, None, every[2:]),
     ):
         if groups:
             monkeypatch.setenv("MLX_METILE_CUDA_MMA_GROUPS", groups)
