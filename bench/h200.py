@@ -724,7 +724,16 @@ def main() -> int:
     ap.add_argument(
         "--rows", nargs="*", type=int, default=None, help="row counts (default: 1-32, or 1, 4, 16 with --quick)"
     )
+    ap.add_argument(
+        "--fused-rows",
+        nargs="*",
+        type=int,
+        default=[1, 4, 16],
+        help="row counts of the eager fused-against-separate comparison (none: skip it)",
+    )
     args = ap.parse_args()
+    if any(r < 1 for r in args.fused_rows):
+        ap.error(f"--fused-rows: expected positive row counts, got {args.fused_rows}")
     if args.rows is not None and any(r < 1 for r in args.rows):
         ap.error(f"--rows: expected positive row counts, got {args.rows}")
     PRODUCTS_PER_EVAL = args.products_per_eval
@@ -787,7 +796,7 @@ def main() -> int:
                 Path(args.out).write_text(json.dumps(report, indent=1))  # keep what finished
             del pool
     try:
-        report["fused"] = {rows: bench_fused(4096, 4096, 1024, 14336, rows) for rows in (1, 4, 16)}
+        report["fused"] = {rows: bench_fused(4096, 4096, 1024, 14336, rows) for rows in args.fused_rows}
     except Exception:
         report["fused"] = {"error": traceback.format_exc()}
     print(json.dumps(report.get("fused"))[:3000], flush=True)

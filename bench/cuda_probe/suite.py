@@ -162,6 +162,23 @@ for k, n in ((4096, 14336), (1536, 8960), (14336, 4096)):
         Q8G128,
     )
 SUITE_WAVES["q8g128_gateup_fused_tiles"] = (["--format", "q8g128", "--pool", "4", "--rows", "1,8,16,32"], Q8G128)
+# s11-late: where in a stage the loads are issued (MLX_METILE_CUDA_MMA_LATE): 1 each chunk's shared
+# loads just before its math; 2 also half the stage's x loads after the first chunks' math (ptxas:
+# 4-bit group 64 at 16 rows 178 -> 168 registers, 3 blocks per SM), alone and with strided copies.
+LATE = [
+    "default=",
+    f"late1={E}LATE=1",
+    f"late2={E}LATE=2",
+    f"late2s={E}LATE=2;{E}STRIDED=1",
+    f"late2mb3={E}LATE=2;{E}MINBLOCKS=3",
+]
+SUITE_LATE = {}
+for fmt in ("q4g64", "q8g64", "q4g128", "q8g128"):
+    for k, n in ((4096, 14336), (14336, 4096), (4096, 4096)):
+        args = shape(fmt, k, n, 16 if k * n < 2**25 else 8)
+        SUITE_LATE[f"{fmt}_{k}x{n}_late"] = ([*args, "--rows", "1,8,16,32"], LATE)
+for fmt in ("q4g64", "q8g64"):
+    SUITE_LATE[f"{fmt}_gateup_fused_late"] = (["--format", fmt, "--pool", "4", "--rows", "1,8,16,32"], LATE)
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -171,6 +188,7 @@ SUITES = {
     "s10-strided": SUITE_STRIDED,
     "s11-rowblocks": SUITE_ROWBLOCKS,
     "s11-waves": SUITE_WAVES,
+    "s11-late": SUITE_LATE,
 }
 
 

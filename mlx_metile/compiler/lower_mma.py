@@ -90,6 +90,7 @@ ALLOWED = {
     "strided": (0, 1),
     "interleave": (0, 1),
     "swizzle": (0, 1),
+    "late": (0, 1, 2),
 }
 SPLIT_ALIGN = 4  # chunks: each warp's range starts at a multiple of this where K allows
 

@@ -531,10 +531,19 @@ class StagedMMALowering(MMALowering):
             lines += ["  " + ln for ln in self.copy_stage(str(st), str(st))]
             lines.append("}")
             lines.append("metile_cp_commit();")
+        late = mma_override("late") or 0
+        early_x = groups // 2 if late == 2 else groups  # late 2: the rest after the first chunks' math
+
+        def x_loads(b: int) -> list[str]:
+            return [f"const {ld.typ} {ld.name} = {ld.value()};" for ld in self.x_loads(b, f"ch0 + {b}", None)]
+
+        def weight_loads(b: int) -> list[str]:
+            loads = self.weight_loads(b, f"ch0 + {b}", None, nacc)
+            return [f"const {ld.typ} {ld.name} = *reinterpret_cast<const {ld.typ}*>({ld.addr});" for ld in loads]
+
         body = []
-        for b in range(groups):
-            for ld in self.x_loads(b, f"ch0 + {b}", None):
-                body.append(f"const {ld.typ} {ld.name} = {ld.value()};")
+        for b in range(early_x):
+            body += x_loads(b)
         body.append(f"metile_cp_wait<{stages - 2}>();")
         body.append("__syncwarp();")
         body.append(f"if (st + {stages - 1} < nst) {{")
@@ -542,11 +551,15 @@ class StagedMMALowering(MMALowering):
         body.append("}")
         body.append("metile_cp_commit();")
         body.append(f"const unsigned char* const slot = ring + rd * {self.slot};")
+        if not late:  # every load of the stage first (ptxas orders them within its register budget)
+            for b in range(groups):
+                body += weight_loads(b)
         for b in range(groups):
-            for ld in self.weight_loads(b, f"ch0 + {b}", None, nacc):
-                body.append(f"const {ld.typ} {ld.name} = *reinterpret_cast<const {ld.typ}*>({ld.addr});")
-        for b in range(groups):
+            if late:  # MLX_METILE_CUDA_MMA_LATE: each chunk's shared loads just before its math
+                body += weight_loads(b)
             body += self.chunk_math(b, nacc, mma)
+            if b + early_x < groups:  # late 2: chunk b + groups / 2's x after chunk b's math
+                body += x_loads(b + early_x)
         if self.per_warp > 1:  # the end of the warp's first K range
             body.append(f"if (st + 1 == per_warp / {groups}) {{")
             body += ["  " + ln for ln in self.move_partials("early[warp]", nacc)]
