@@ -14,7 +14,8 @@ def render(path: str) -> str:
     rows: dict[tuple[str, int], dict[str, dict]] = defaultdict(dict)
     for b in data["benchmarks"]:
         e = b["extra_info"]
-        rows[(e["workload"], e["rows"])][e["impl"]] = {"median": b["stats"]["median"], "bytes": e["weight_bytes"]}
+        workload = e.get("workload") or f"{e['shape']} {e['format']}"  # (test_bench_cuda.py: shape and format)
+        rows[(workload, e["rows"])][e["impl"]] = {"median": b["stats"]["median"], "bytes": e["weight_bytes"]}
     out = [
         f"device {info.get('device')} - MLX {info.get('mlx_version')} - mlx-metile {info.get('mlx_metile_version')} "
         f"- {info.get('date')} - {info.get('platform')}",
