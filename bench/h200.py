@@ -368,6 +368,13 @@ def _correctness(quick: bool) -> dict:
         res = arr((rows, 200), dtype)
         got = mt.fused_linear(x[:rows], [g], residual=res)
         check(f"residual rows={rows}", got, f64(x[:rows]) @ f64(g).T + f64(res), f64(x[:rows]), f64(g), dtype)
+    # q/k/v of a 3-D x (the outputs sliced straight to [batch, rows, N]): the 2-D call's bits
+    results["cases"] += 1
+    x3 = x[:12].reshape(2, 6, K)
+    flat = mt.fused_linear(x[:12], [g, u[:64], u[64:128]])
+    for name, a, b in zip("qkv", mt.fused_linear(x3, [g, u[:64], u[64:128]]), flat):
+        if a.shape != (2, 6, b.shape[-1]) or not mx.array_equal(a.reshape(b.shape), b).item():
+            results["failures"].append(f"qkv.{name} of a 3-D x: shape {a.shape}, not the 2-D call's values")
     return results
 
 

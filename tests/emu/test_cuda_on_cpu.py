@@ -45,18 +45,20 @@ def _values(bits: np.ndarray, act: str) -> np.ndarray:
 
 
 class Case:
-    """Random data for `spec` (bf16/f16 activations) over K and N columns per weight, its
-    kernel buffers by parameter name, and the float64 values of x and of each weight."""
+    """Random data for `spec` (bf16/f16 activations) over K and N columns per weight (or a
+    tuple of each weight's), its kernel buffers by parameter name, and the float64 values of
+    x and of each weight."""
 
-    def __init__(self, spec: ProjectionSpec, K: int, N: int, rows: int, seed: int = 0):
-        self.spec, self.K, self.N = spec, K, N
+    def __init__(self, spec: ProjectionSpec, K: int, N: int | tuple[int, ...], rows: int, seed: int = 0):
+        self.Ns = tuple(N) if isinstance(N, tuple) else (N,) * len(spec.weights)
+        self.spec, self.K, self.N = spec, K, self.Ns[0]
         act = MX[spec.act_dtype]
         x = rand((rows, K), act, seed)
         self.buffers = {"x": bits(x)}
         self.x = np.array(x.astype(mx.float32), np.float64)
         self.w = []
         for i, f in enumerate(spec.weights):
-            dense = rand((N, K), MX[f.dtype] if not f.quantized else act, seed + 1 + i, 0.05)
+            dense = rand((self.Ns[i], K), MX[f.dtype] if not f.quantized else act, seed + 1 + i, 0.05)
             if f.quantized:
                 wq, s, b = mx.quantize(dense, group_size=f.group_size, bits=f.bits)
                 s, b = s.astype(MX.get(f.dtype, mx.float32)), b.astype(MX.get(f.dtype, mx.float32))
@@ -67,13 +69,13 @@ class Case:
                 self.w.append(np.array(dense.astype(mx.float32), np.float64))
         self.bias = []
         for i, f in enumerate(spec.weights):
-            b = rand((N,), MX[f.bias_dtype], seed + 10 + i) if f.has_bias else None
+            b = rand((self.Ns[i],), MX[f.bias_dtype], seed + 10 + i) if f.has_bias else None
             if b is not None:
                 self.buffers[f"bias{i}"] = bits(b)
             self.bias.append(0.0 if b is None else np.array(b.astype(mx.float32), np.float64))
         self.residual = 0.0
         if spec.has_residual:
-            r = rand((rows, N), act, seed + 20)
+            r = rand((rows, self.N), act, seed + 20)
             self.buffers["residual"] = bits(r)
             self.residual = np.array(r.astype(mx.float32), np.float64)
 
@@ -85,12 +87,22 @@ class Case:
         for name in ("x", "residual"):  # the first `rows` rows
             if name in named:
                 named[name] = np.ascontiguousarray(named[name][:rows])
-        outs = {f"y{j}": np.zeros((rows, self.N), np.uint16) for j in range(self.spec.outputs)}
+        n_out = self.spec.outputs
+        widths = self.Ns[:n_out]
+        packed = n_out > 1 and sum(p.output for p in art.params) == 1  # codegen.cuda.pack_outputs
+        if packed:  # y0 holds every output, one after another
+            flat = np.zeros(rows * sum(widths), np.uint16)
+            outs = {"y0": flat}
+        else:
+            outs = {f"y{j}": np.zeros((rows, n), np.uint16) for j, n in enumerate(widths)}
         buffers = [named.get(p.name, outs.get(p.name)) for p in art.params if p.kind == "buffer"]
-        scalars = {"M": rows, "K": self.K, **{f"N{i}": self.N for i in range(len(self.spec.weights))}}
-        cols = self.N if self.spec.epilogue == "swiglu" else self.N * len(self.spec.weights)
+        scalars = {"M": rows, "K": self.K, **{f"N{i}": n for i, n in enumerate(self.Ns)}}
+        cols = self.N if self.spec.epilogue == "swiglu" else sum(self.Ns)
         cuda_host.run(art, buffers, scalars, rows, cols)
-        return [outs[f"y{j}"] for j in range(self.spec.outputs)]
+        if packed:
+            ends = np.cumsum([rows * n for n in widths])[:-1]
+            return [part.reshape(rows, n) for part, n in zip(np.split(flat, ends), widths)]
+        return [outs[f"y{j}"] for j in range(n_out)]
 
     def check(self, got: list[np.ndarray], rows: int, what: str) -> None:
         """Each output against float64 within one rounding of the output plus f32
@@ -393,3 +405,20 @@ def test_unknown_inline_ptx_is_refused_by_name():
         cuda_host.host_source(source)
     with pytest.raises(cuda_host.CudaEmulationError, match="not a generated CUDA kernel"):
         cuda_host.host_source("kernel void f() {}")
+
+
+def test_packed_outputs_of_unequal_widths_give_the_bits_of_separate_ones(monkeypatch):
+    """codegen.cuda.pack_outputs: fused q/k/v of widths 40, 16 and 24 (member boundaries inside
+    16-column tiles) write one buffer, each output where the op slices it; the same bits as
+    with one output parameter each (MLX_METILE_CUDA_PACKED=0), and within float64's tolerance."""
+    spec = ProjectionSpec("bf16", (q4,) * 3, k_multiple=256)
+    case = Case(spec, 512, (40, 16, 24), rows=9)
+    assert sum(p.output for p in compile_projection(spec, 16, "cuda", 1).params) == 1
+    packed = case.run(16, 9)
+    case.check(packed, 9, "packed q/k/v")
+    monkeypatch.setenv("MLX_METILE_CUDA_PACKED", "0")
+    compile_projection.cache_clear()
+    assert sum(p.output for p in compile_projection(spec, 16, "cuda", 1).params) == 3
+    separate = case.run(16, 9)
+    assert [y.shape for y in packed] == [(9, 40), (9, 16), (9, 24)]
+    assert all(np.array_equal(a, b) for a, b in zip(packed, separate))
