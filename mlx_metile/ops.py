@@ -418,22 +418,15 @@ class _CudaPlan:
     def __init__(self, artifact, x_cast, x_shape, res_cast, res_shape, out_dtype, rows, cols, scalars, lead, out_ns):
         self.x_cast, self.x_shape, self.res_cast, self.res_shape = x_cast, x_shape, res_cast, res_shape
         self.out_shapes = None if len(lead) == 1 else [(*lead, n) for n in out_ns]
-        self.row_shapes = [(rows, n) for n in out_ns]
-        template = _binding_template(artifact)
-        names = tuple(name for kind, name in template if kind == 2)
-        # several outputs packed into one (codegen.cuda.pack_outputs): where each one lies in it
-        self.segments = None
-        if len(out_ns) > 1 and sum(kind == 1 for kind, _ in template) == 1:
-            ends = [rows * sum(out_ns[: i + 1]) for i in range(len(out_ns))]
-            self.segments = list(zip([0, *ends[:-1]], ends))
+        names = tuple(name for kind, name in _binding_template(artifact) if kind == 2)
         (tx, ty, tz), (gx, gy, gz) = artifact.threads_per_group, artifact.grid(rows, cols)
         # the artifact as a fatbin / cubin through MLX's precompiled-kernel op (inputs,
         # outputs, then scalars; the grid is given in threads)
         self.kwargs = dict(
             name=artifact.entry,
             compiled_source=cuda_runtime.ptx(artifact),
-            output_shapes=[(rows * sum(out_ns),)] if self.segments else self.row_shapes,
-            output_dtypes=[out_dtype] * (1 if self.segments else len(out_ns)),
+            output_shapes=[(rows, n) for n in out_ns],
+            output_dtypes=[out_dtype] * len(out_ns),
             scalars=[scalars[name] for name in names],
             grid=(gx * tx, gy * ty, gz * tz),
             threadgroup=(tx, ty, tz),
@@ -462,21 +455,14 @@ class _CudaPlan:
             inputs.append(residual)
         return inputs
 
-    def launch(self, inputs: list[mx.array], stream, shapes=None) -> list[mx.array]:
-        """The kernel's outputs, of `shapes` (default rows x N each) where they are packed."""
-        outs = mx.fast.precompiled_cuda_kernel(inputs=inputs, stream=stream, **self.kwargs)
-        if self.segments is None:
-            return outs
-        return [outs[0][a:b].reshape(sh) for (a, b), sh in zip(self.segments, shapes or self.row_shapes)]
+    def launch(self, inputs: list[mx.array], stream) -> list[mx.array]:
+        return mx.fast.precompiled_cuda_kernel(inputs=inputs, stream=stream, **self.kwargs)
 
     def shaped(self, outs: list[mx.array]) -> list[mx.array]:
         return outs if self.out_shapes is None else [o.reshape(sh) for o, sh in zip(outs, self.out_shapes)]
 
     def run(self, x, weights, biases, residual, stream) -> list[mx.array]:
-        inputs = self.inputs(x, weights, biases, residual)
-        if self.segments is not None:  # sliced straight to the caller's shapes
-            return self.launch(inputs, stream, self.out_shapes)
-        return self.shaped(self.launch(inputs, stream))
+        return self.shaped(self.launch(self.inputs(x, weights, biases, residual), stream))
 
 
 def _cuda_plan_of(artifact, x, residual, out_dtype, rows, cols, scalars, lead, out_ns) -> _CudaPlan:

@@ -5,10 +5,7 @@ inputs, outputs, then scalars."""
 
 from __future__ import annotations
 
-import os
-from dataclasses import replace
-
-from .ast import KernelDef, Raw
+from .ast import KernelDef
 from .cstyle import CStyleRenderer
 
 WARP_SUM = """__device__ __forceinline__ float metile_warp_sum(float v) {
@@ -147,28 +144,3 @@ class CUDARenderer(CStyleRenderer):
         joined = ",\n    ".join(params)
         bounds = f"{k.threads_per_group}, {k.min_groups}" if k.min_groups else f"{k.threads_per_group}"
         return f'extern "C" __global__ void __launch_bounds__({bounds}) {k.name}(\n    {joined})'
-
-
-def packed_outputs() -> bool:
-    """MLX_METILE_CUDA_PACKED=0 keeps one kernel output per weight of a concatenated product."""
-    return os.environ.get("MLX_METILE_CUDA_PACKED", "1") != "0"
-
-
-def pack_outputs(k: KernelDef) -> KernelDef:
-    """A kernel of several outputs (y0, y1, ... of M x N0, M x N1, ...: fused q/k/v) with one
-    output parameter y0 holding them one after another, and y1, ... pointers into it: MLX's
-    host side spends 2-4 us per output of a precompiled kernel (bench/host_bound.py), more than
-    slicing one output (ops._CudaPlan). Each output stays row-contiguous; no sum changes."""
-    outputs = [p for p in k.params if p.kind == "buffer" and p.output]
-    if len(outputs) < 2 or not packed_outputs():
-        return k
-    scalars = {p.name for p in k.params if p.kind == "scalar"}
-    if not {"M", *(f"N{i}" for i in range(len(outputs) - 1))} <= scalars:
-        raise ValueError(f"{k.name}: packing outputs needs the scalars M and N0..N{len(outputs) - 2}")
-    ctype = CUDARenderer.types[outputs[0].dtype]
-    lines = [
-        f"{ctype}* const __restrict__ {p.name} = {prev.name} + (size_t)M * N{i};"
-        for i, (prev, p) in enumerate(zip(outputs, outputs[1:]))
-    ]
-    params = [p for p in k.params if p not in outputs[1:]]
-    return replace(k, params=params, body=[Raw(["// the outputs, one after another in y0"] + lines), *k.body])

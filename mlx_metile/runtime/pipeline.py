@@ -7,7 +7,6 @@ import os
 from functools import lru_cache
 
 from ..codegen import RENDERERS
-from ..codegen.cuda import pack_outputs
 from ..compiler import choose, lower
 from ..compiler.lower_mma import chunk_k as mma_chunk
 from ..compiler.lower_mma import mma_supported
@@ -54,8 +53,6 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
     dump("schedule", spec.name(), schedule.describe())
     kernel = lower(bound, schedule, {"K": spec.k_divisor}, spec.vector_buffers(), spec)
     kernel.name = f"{spec.name()}_m{schedule.BM}"
-    if target == "cuda":
-        kernel = pack_outputs(kernel)  # one output buffer for several outputs (MLX's host cost per output)
     source = RENDERERS[target]().render(kernel)
     dump(target, kernel.name, source)
     return Artifact(target, source, kernel.name, schedule, tuple(kernel.params), kernel.dynamic_shared)
