@@ -1,6 +1,7 @@
 """Plain-script entry for the lent GPU machine (MLX's CUDA backend):
 
-    python bench/h200.py --out results.json [--quick] [--skip-correctness]
+    python bench/h200.py --out results.json [--quick] [--correctness full|quick|grad|none]
+        [--shapes ...] [--formats ...] [--rows ...] [--fused-rows ...] [--modes ...]
 
 1. correctness of every op variant on mx.gpu against a float64 reference and
    stock MLX, including row invariance (row r alone == row r inside 2..33 rows);

@@ -173,7 +173,7 @@ SHORT_K = 4096
 # 16-32 (1.03-1.06x against 0.92-0.97x), so they keep 4 warps (ONE_TILE).
 # ONE_WAVE: ONE_TILE for grids of more than 4 and at most 5 blocks per SM (1536 -> 8960: 560 blocks
 # against 528 places at 4 per SM); at 1-8 rows their single products of 4/8-bit weights ask for 5
-# blocks per SM (96 registers, wave_blocks), so that the grid runs as one wave. Call 2 of
+# blocks per SM (96 registers, wave_blocks), so that the grid runs as one wave. Call 1 of
 # h200-ab-2026-11-29-session11.json, 1536 -> 8960 at 1-8 rows: 1.03-1.07x (4-bit group 64), 1.03-1.06x
 # (8-bit group 64), 1.09-1.12x (4-bit group 128), 1.12-1.17x (8-bit group 128); the SwiGLU gate/up
 # there spills at 96 registers (0.94-1.01x for group 64 and 8-bit group 128), so it keeps 4.
@@ -202,9 +202,10 @@ def column_layout(columns: int, k: int) -> int:
 
 def wave_blocks(spec: ProjectionSpec, layout: int, rows_bucket: int) -> int:
     """Blocks per SM a kernel asks for beyond its row bucket's setting: WAVE_BLOCKS for the
-    single products of 4/8-bit weights in the ONE_WAVE layout at 1-8 rows, else 0 (the setting)."""
+    single products of 4/8-bit weights (one weight: what was measured) in the ONE_WAVE layout
+    at 1-8 rows, else 0 (the setting)."""
     w = spec.weights[0]
-    if layout != ONE_WAVE or rows_bucket > 8 or not w.quantized or spec.epilogue == "swiglu":
+    if layout != ONE_WAVE or rows_bucket > 8 or not w.quantized or len(spec.weights) != 1:
         return 0
     return 0 if mma_override("minblocks") is not None else WAVE_BLOCKS
 

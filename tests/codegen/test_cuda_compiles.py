@@ -355,8 +355,8 @@ def test_column_layouts_of_the_benchmark_shapes_and_their_warps(fresh_kernels, m
 def test_one_wave_layout_asks_for_five_blocks_per_sm_only_where_measured(fresh_kernels, monkeypatch):
     """lower_mma_staged.ONE_WAVE (grids of 4-5 blocks per SM): single products of 4/8-bit
     weights at 1-8 rows ask for 5 blocks per SM; their sources are ONE_TILE's but for the
-    launch bound (so the same sums), and the SwiGLU gate/up, dense weights and 16-32 rows
-    keep ONE_TILE's kernels. The bound holds for sm_90 without spilling at group 64."""
+    launch bound (so the same sums), and the SwiGLU gate/up, concatenated q/k/v, dense weights
+    and 16-32 rows keep ONE_TILE's kernels. The bound holds for sm_90 without spilling at group 64."""
     from mlx_metile.compiler.lower_mma_staged import ONE_TILE, ONE_WAVE, column_layout
 
     monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
@@ -374,6 +374,7 @@ def test_one_wave_layout_asks_for_five_blocks_per_sm_only_where_measured(fresh_k
             )
     others = (
         ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256),
+        ProjectionSpec("bf16", (q4,) * 3, k_multiple=256),  # concatenated q/k/v: unmeasured
         ProjectionSpec("bf16", (WeightFormat("bf16"),)),
     )
     for spec in others:
