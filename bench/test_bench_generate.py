@@ -1,8 +1,14 @@
 """End-to-end generation with and without mlx_metile.patch, same run, default
 device: prefill and decode tokens/s at batch 1 and batch 8, on a random-weight
-Llama built with mlx-lm's own classes (nothing downloaded).
+Llama built with mlx-lm's own classes (nothing downloaded). "decode" evaluates each
+token before building the next; "decode_async" overlaps them as mlx-lm's generate
+does (the next token's graph is built while the GPU computes this one); "verify" runs
+one forward of VERIFY draft tokens on the prefilled cache (speculative decoding's check).
 
     python -m pytest bench/test_bench_generate.py --benchmark-json bench/results/<machine>-generate-<date>.json
+
+BENCH_HIDDEN, BENCH_LAYERS, BENCH_INTERMEDIATE and BENCH_HEAD_DIM size the model (Llama-3.1-8B's
+blocks: 4096, 32, 14336, 128); BENCH_DECODE the tokens decoded per round.
 """
 
 from __future__ import annotations
@@ -19,8 +25,11 @@ import mlx_metile as mt
 
 HIDDEN = int(os.environ.get("BENCH_HIDDEN", "512"))
 LAYERS = int(os.environ.get("BENCH_LAYERS", "2"))
+INTERMEDIATE = int(os.environ.get("BENCH_INTERMEDIATE", str(HIDDEN * 3)))
+HEAD_DIM = int(os.environ.get("BENCH_HEAD_DIM", "64"))
 PROMPT = 24
-DECODE = 8
+DECODE = int(os.environ.get("BENCH_DECODE", "8"))
+VERIFY = 4
 
 
 def _model(fmt: str, patched: bool) -> nn.Module:
@@ -28,9 +37,9 @@ def _model(fmt: str, patched: bool) -> nn.Module:
         model_type="llama",
         hidden_size=HIDDEN,
         num_hidden_layers=LAYERS,
-        intermediate_size=HIDDEN * 3,
-        num_attention_heads=HIDDEN // 64,
-        num_key_value_heads=HIDDEN // 256,
+        intermediate_size=INTERMEDIATE,
+        num_attention_heads=HIDDEN // HEAD_DIM,
+        num_key_value_heads=HIDDEN // HEAD_DIM // 4,
         rms_norm_eps=1e-5,
         vocab_size=8192,
         tie_word_embeddings=False,
@@ -49,7 +58,7 @@ def _model(fmt: str, patched: bool) -> nn.Module:
 
 @pytest.mark.parametrize("patched", [False, True], ids=["stock", "mlx_metile"])
 @pytest.mark.parametrize("batch", [1, 8])
-@pytest.mark.parametrize("phase", ["prefill", "decode"])
+@pytest.mark.parametrize("phase", ["prefill", "decode", "decode_async", "verify"])
 @pytest.mark.parametrize("fmt", ["bf16", "int4"])
 def test_generation(benchmark, fmt, phase, batch, patched):
     model = _model(fmt, patched)
@@ -60,13 +69,29 @@ def test_generation(benchmark, fmt, phase, batch, patched):
         mx.eval(model(prompt, cache=cache))
         return cache
 
+    def step(tok, cache):
+        return mx.argmax(model(tok, cache=cache)[:, -1], axis=-1)[:, None]
+
     def decode(cache):
         tok = prompt[:, -1:]
         for _ in range(DECODE):
-            tok = mx.argmax(model(tok, cache=cache)[:, -1], axis=-1)[:, None]
+            tok = step(tok, cache)
             mx.eval(tok)
 
-    tokens = batch * (PROMPT if phase == "prefill" else DECODE)
+    def decode_async(cache):
+        tok = step(prompt[:, -1:], cache)
+        mx.async_eval(tok)
+        for _ in range(DECODE - 1):
+            nxt = step(tok, cache)  # built while the GPU computes tok
+            mx.async_eval(nxt)
+            mx.eval(tok)
+            tok = nxt
+        mx.eval(tok)
+
+    def verify(cache):
+        mx.eval(model(prompt[:, -VERIFY:], cache=cache))
+
+    tokens = batch * {"prefill": PROMPT, "verify": VERIFY}.get(phase, DECODE)
     benchmark.group = f"{fmt} {phase} batch={batch}"
     benchmark.extra_info.update(
         {"format": fmt, "phase": phase, "batch": batch, "tokens": tokens, "impl": "mlx_metile" if patched else "stock"}
@@ -74,4 +99,5 @@ def test_generation(benchmark, fmt, phase, batch, patched):
     if phase == "prefill":
         benchmark.pedantic(prefill, rounds=3, iterations=1, warmup_rounds=1)
     else:  # the prompt is prefilled in setup, outside the timing
-        benchmark.pedantic(decode, setup=lambda: ((prefill(),), {}), rounds=3, iterations=1, warmup_rounds=1)
+        run = {"decode": decode, "decode_async": decode_async, "verify": verify}[phase]
+        benchmark.pedantic(run, setup=lambda: ((prefill(),), {}), rounds=3, iterations=1, warmup_rounds=1)
