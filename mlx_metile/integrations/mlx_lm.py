@@ -28,6 +28,7 @@ from .modules import (
     MetileProjection,
     QKVGroup,
     QKVMember,
+    carry_back,
     embedding_as_linear,
     fused_block_call,
     supported,
@@ -189,7 +190,11 @@ def _k(layer: nn.Module) -> int:
 
 
 def _replace_part(container, key, old: nn.Module, new: nn.Module, path: str, kind: str) -> Part:
-    return Part(path, kind, lambda: _set(container, key, new), lambda: _set(container, key, old))
+    def undo():
+        carry_back(new, old)
+        _set(container, key, old)
+
+    return Part(path, kind, lambda: _set(container, key, new), undo)
 
 
 def _qkv_part(attn: nn.Module, path: str, members: list, max_rows: int) -> Part:
@@ -202,7 +207,8 @@ def _qkv_part(attn: nn.Module, path: str, members: list, max_rows: int) -> Part:
             attn[n] = p
 
     def undo():
-        for n, m in zip(names, members):
+        for n, m, p in zip(names, members, proxies):
+            carry_back(p, m)
             attn[n] = m
 
     return Part(path, "qkv", apply, undo)

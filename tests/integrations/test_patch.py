@@ -6,11 +6,13 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 import pytest
+from mlx.utils import tree_map
 from mlx_lm.generate import batch_generate, generate_step, speculative_generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
 import mlx_metile as mt
 from mlx_metile.integrations import mlx_lm as integration
+from mlx_metile.integrations import modules
 from mlx_metile.integrations.modules import FusedSwiGLU
 
 from .models import ARCHS, FORMATS, make
@@ -163,3 +165,35 @@ def test_report_prints_and_bad_arguments():
         mt.patch(object())
     with pytest.raises(ValueError, match="tolerance: must be >= 0"):
         mt.patch(model, tolerance=-1)
+
+
+@pytest.mark.parametrize("fmt", ["float32", "q4g64"])
+def test_parameter_updates_reach_the_kernels_and_survive_restore(fmt):
+    """model.update() on a patched model reaches the arrays the kernels read (the replacements
+    mirror them; the weights built from them are rebuilt when they change), and restore()
+    hands the updated arrays back to the original modules."""
+    updated, patched = make("llama", fmt), make("llama", fmt)
+    report = mt.patch(patched)
+    assert report
+    new = tree_map(lambda p: p * 2 if p.dtype == mx.float32 else p, updated.parameters())
+    updated.update(new)
+    before = logits(patched)
+    patched.update(tree_map(lambda p: p, new))
+    want = logits(updated)
+    got = logits(patched)
+    assert np.abs(got - before).max() > 0.1 * np.abs(want).max()  # the update changed the outputs
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
+    report.restore()
+    np.testing.assert_array_equal(logits(patched), want)
+
+
+def test_weights_are_built_once_per_array_set(monkeypatch):
+    """Repeated calls reuse each projection's weights (integrations.modules.WeightCache)."""
+    model = make("llama", "q4g64")
+    assert mt.patch(model)
+    built = []
+    original = modules.weight_of
+    monkeypatch.setattr(modules, "weight_of", lambda *a: built.append(1) or original(*a))
+    for _ in range(3):
+        logits(model)
+    assert built == []  # all built during patch's verification
