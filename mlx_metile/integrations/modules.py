@@ -96,6 +96,7 @@ class MetileProjection(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         if rows_of(x) > self.max_rows:
             _record_fallback("linear", x, self.original.weight.shape[0])
+            carry_back(self, self.original)  # (parameter updates reached self)
             return self.original(x)
         w, b = self.weights.get(0, self.original, self)
         return fused_linear(x, [w], biases=[b])
@@ -122,6 +123,7 @@ class QKVGroup:
             return out
         if rows_of(x) > self.max_rows:
             _record_fallback("fused_linear", x, self.originals[index].weight.shape[0])
+            carry_back(self.members[index], self.originals[index])  # (parameter updates reached the member)
             return self.originals[index](x)
         pairs = [self.weights.get(i, m, self.members[i]) for i, m in enumerate(self.originals)]
         outs = fused_linear(x, [w for w, _ in pairs], biases=[b for _, b in pairs])

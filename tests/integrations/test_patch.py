@@ -183,6 +183,10 @@ def test_parameter_updates_reach_the_kernels_and_survive_restore(fmt):
     got = logits(patched)
     assert np.abs(got - before).max() > 0.1 * np.abs(want).max()  # the update changed the outputs
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
+    long = mx.arange(40, dtype=mx.uint32)[None] % 128  # more than max_rows: the original modules run
+    want_long = np.array(updated(long).astype(mx.float32))
+    got_long = np.array(patched(long).astype(mx.float32))
+    np.testing.assert_allclose(got_long, want_long, rtol=0, atol=1e-4 * np.abs(want_long).max())
     report.restore()
     np.testing.assert_array_equal(logits(patched), want)
 
