@@ -124,12 +124,14 @@ class QuantizedWeight:
         return self.w.shape[1] * 32 // self.bits
 
     @classmethod
-    def from_quantized_linear(cls, layer) -> QuantizedWeight:
-        """From an `mlx.nn.QuantizedLinear` (affine mode)."""
+    def from_quantized_linear(cls, layer, arrays=None) -> QuantizedWeight:
+        """From an `mlx.nn.QuantizedLinear` (affine mode); its weight, scales and biases read from
+        `arrays` (a module holding them under the same names) where given."""
         mode = getattr(layer, "mode", "affine")
         if mode != "affine":
             raise ValueError(f"layer: quantization mode {mode!r} is not supported; only 'affine'")
-        return cls(layer.weight, layer.scales, layer.biases, layer.group_size, layer.bits)
+        src = layer if arrays is None else arrays
+        return cls(src["weight"], src["scales"], src["biases"], layer.group_size, layer.bits)
 
     def __repr__(self) -> str:
         return f"QuantizedWeight(N={self.N}, K={self.K}, bits={self.bits}, group_size={self.group_size})"

@@ -137,11 +137,14 @@ def ring_stages(spec: ProjectionSpec, warps: int, tiles: int = 1, rows_bucket: i
     block's rings exceed ring_budget(warps), or WIDE_RING_KB for 2 tiles at WIDE_RING_ROWS rows."""
     stages = mma_override("stages") or MAX_STAGES
     budget = ring_budget(warps)
-    need = warps * 2 * slot_bytes(spec, tiles)
     wide_ring = tiles == 2 and rows_bucket >= WIDE_RING_ROWS and spec.weights[0].quantized  # (dense: unmeasured)
-    if wide_ring and mma_override("smem") is None:
-        if budget < need <= WIDE_RING_KB * 1024:
-            budget = WIDE_RING_KB * 1024
+    # only where 2 stages do not fit the usual budget (elsewhere the stages stay as they were)
+    if (
+        wide_ring
+        and mma_override("smem") is None
+        and budget < warps * 2 * slot_bytes(spec, tiles) <= WIDE_RING_KB * 1024
+    ):
+        budget = WIDE_RING_KB * 1024
     while stages > 1 and warps * stages * slot_bytes(spec, tiles) > budget:
         stages -= 1
     return stages

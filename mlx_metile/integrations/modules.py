@@ -23,10 +23,7 @@ def weight_of(layer: nn.Module, arrays: nn.Module | None = None):
     src = layer if arrays is None else arrays
     bias = src.get("bias")
     if isinstance(layer, nn.QuantizedLinear):
-        mode = getattr(layer, "mode", "affine")
-        if mode != "affine":
-            raise ValueError(f"layer: quantization mode {mode!r} is not supported; only 'affine'")
-        return QuantizedWeight(src["weight"], src["scales"], src["biases"], layer.group_size, layer.bits), bias
+        return QuantizedWeight.from_quantized_linear(layer, src), bias
     return src["weight"], bias
 
 
