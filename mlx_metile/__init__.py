@@ -3,12 +3,14 @@
 from . import nn
 from .integrations import PatchReport, patch
 from .ops import QuantizedWeight, fused_linear, linear, quantized_linear
+from .projection import Projection
 from .trace import Trace, TraceRecord, trace
 
 __version__ = "0.1.0"
 
 __all__ = [
     "PatchReport",
+    "Projection",
     "QuantizedWeight",
     "Trace",
     "TraceRecord",

@@ -322,14 +322,7 @@ def _project(
                 _PLANS[key] = plan
         _record(op, rows, K, Ns, formats, epilogue, residual is not None, backend, artifact.entry)
         return outs
-    inputs: list[mx.array] = [x2]
-    for w, b in zip(weights, biases):
-        if isinstance(w, QuantizedWeight):
-            inputs += [w.w, w.scales, w.biases]
-        else:
-            inputs.append(w)
-        if b is not None:
-            inputs.append(b)
+    inputs = [x2, *weight_inputs(weights, biases)]
     if res2 is not None:
         inputs.append(res2)
     if _ext is None:
@@ -437,18 +430,15 @@ class _CudaPlan:
         )
 
     def inputs(self, x, weights, biases, residual) -> list[mx.array]:
+        return self.inputs_with(x, weight_inputs(weights, biases), residual)
+
+    def inputs_with(self, x, weight_arrays: list[mx.array], residual) -> list[mx.array]:
+        """The kernel's inputs from x, the weights' arrays (weight_inputs) and the residual."""
         if self.x_cast is not None:
             x = x.astype(self.x_cast)
         if self.x_shape is not None:
             x = x.reshape(self.x_shape)
-        inputs = [x]
-        for w, b in zip(weights, biases):
-            if isinstance(w, QuantizedWeight):
-                inputs += (w.w, w.scales, w.biases)
-            else:
-                inputs.append(w)
-            if b is not None:
-                inputs.append(b)
+        inputs = [x, *weight_arrays]
         if residual is not None:
             if self.res_cast is not None:
                 residual = residual.astype(self.res_cast)
@@ -465,6 +455,25 @@ class _CudaPlan:
 
     def run(self, x, weights, biases, residual, stream) -> list[mx.array]:
         return self.shaped(self.launch(self.inputs(x, weights, biases, residual), stream))
+
+    def run_with(self, x, weight_arrays: list[mx.array], residual) -> list[mx.array]:
+        """run() on the default stream with the weights' arrays gathered beforehand (Projection)."""
+        outs = mx.fast.precompiled_cuda_kernel(inputs=self.inputs_with(x, weight_arrays, residual), **self.kwargs)
+        return outs if self.out_shapes is None else [o.reshape(sh) for o, sh in zip(outs, self.out_shapes)]
+
+
+def weight_inputs(weights: Sequence[Weight], biases: Sequence[mx.array | None]) -> list[mx.array]:
+    """The kernel inputs that come from the weights: per weight its array (or packed weight,
+    scales and biases), then its bias where it has one."""
+    inputs: list[mx.array] = []
+    for w, b in zip(weights, biases):
+        if isinstance(w, QuantizedWeight):
+            inputs += (w.w, w.scales, w.biases)
+        else:
+            inputs.append(w)
+        if b is not None:
+            inputs.append(b)
+    return inputs
 
 
 def _cuda_plan_of(artifact, x, residual, out_dtype, rows, cols, scalars, lead, out_ns) -> _CudaPlan:
@@ -510,10 +519,25 @@ def _plan_key(op, x, weights, biases, epilogue, residual) -> tuple | None:
     return tuple(key)
 
 
+def planned(op, x, weights, biases, epilogue, residual) -> _CudaPlan | None:
+    """The plan the last call with these arguments' shapes, dtypes and settings left (CUDA)."""
+    key = _plan_key(op, x, weights, biases, epilogue, residual)
+    return None if key is None else _PLANS.get(key)
+
+
+def plans_generation() -> int:
+    """Counts clear_kernel_caches() calls: plans kept elsewhere (Projection) hold it."""
+    return _GENERATION[0]
+
+
+_GENERATION = [0]
+
+
 def clear_kernel_caches() -> None:
     """Forget compiled kernels and call plans (after changing MLX_METILE_CUDA_* settings)."""
     _compiled.cache_clear()
     _PLANS.clear()
+    _GENERATION[0] += 1
 
 
 def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None, *, stream: StreamLike = None) -> mx.array:

@@ -192,7 +192,7 @@ def test_parameter_updates_reach_the_kernels_and_survive_restore(fmt):
 
 
 def test_weights_are_built_once_per_array_set(monkeypatch):
-    """Repeated calls reuse each projection's weights (integrations.modules.WeightCache)."""
+    """Repeated calls reuse each projection's weights (integrations.modules.ProjectionCache)."""
     model = make("llama", "q4g64")
     assert mt.patch(model)
     built = []

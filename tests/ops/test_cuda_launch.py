@@ -10,28 +10,10 @@ import numpy as np
 import pytest
 
 import mlx_metile as mt
-import mlx_metile.runtime.cuda as cuda_runtime
 from mlx_metile import ops
 from mlx_metile.runtime import compile_projection
 
 from ..helpers import rand
-
-
-@pytest.fixture
-def fake_cuda(monkeypatch):
-    calls = []
-
-    def precompiled_cuda_kernel(**kw):
-        calls.append(kw)
-        # stands in for the kernel (zeros of the requested shapes): only the plumbing is under test
-        return [mx.zeros(shape, dtype) for shape, dtype in zip(kw["output_shapes"], kw["output_dtypes"])]
-
-    monkeypatch.setattr(ops, "_backend", lambda stream: "cuda")
-    monkeypatch.setattr(mx.fast, "precompiled_cuda_kernel", precompiled_cuda_kernel)
-    monkeypatch.setattr(cuda_runtime, "ptx", lambda artifact, arch=None: b"PTX:" + artifact.entry.encode())
-    ops.clear_kernel_caches()
-    yield calls
-    ops.clear_kernel_caches()
 
 
 def test_swiglu_launch_arguments(fake_cuda):

@@ -1,0 +1,83 @@
+"""`Projection`: fused_linear with its weights, biases and epilogue bound once.
+
+Its point is an eager call's host time on MLX's CUDA backend, where decoding one
+token of a quantized 8B model builds ~130 projections and the GPU finishes them
+sooner than Python builds them: after a call of some shape has been checked and
+planned (ops._project), a call of the same shapes launches that plan at once -
+checked are only x's (and the residual's) shape and dtype, the default device,
+the settings read per call and clear_kernel_caches(); the weights' arrays were
+gathered when the Projection was made. Every other call (another backend, an
+explicit stream, a trace open, new shapes) takes fused_linear's full path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import mlx.core as mx
+
+from . import ops
+from .ops import QuantizedWeight, Weight
+from .trace import tracing
+
+_PLANS_PER_PROJECTION = 64  # distinct call shapes kept (decode, verify and a few prompt lengths)
+
+
+class Projection:
+    """`p(x)` / `p(x, residual)` computes `fused_linear(x, weights, biases=biases,
+    epilogue=epilogue, residual=residual)`: one output per weight (a single array for one
+    weight or "swiglu", else a list). Weights are fixed: make a new Projection for new arrays."""
+
+    def __init__(
+        self,
+        weights: Sequence[Weight],
+        *,
+        biases: Sequence[mx.array | None] | None = None,
+        epilogue: str | None = None,
+    ):
+        if isinstance(weights, (mx.array, QuantizedWeight)) or not isinstance(weights, (list, tuple)):
+            raise TypeError("weights: expected a list or tuple of arrays / QuantizedWeight")
+        self.weights = list(weights)
+        self.biases = list(biases) if biases is not None else [None] * len(self.weights)
+        if len(self.biases) != len(self.weights):
+            raise ValueError(
+                f"biases: expected {len(self.weights)} entries (one per weight, None for none), got {len(self.biases)}"
+            )
+        self.epilogue = epilogue
+        self._single = epilogue == "swiglu" or len(self.weights) == 1
+        self._arrays: list[mx.array] | None = None  # the weights' kernel inputs, once a plan needs them
+        self._plans: dict[tuple, ops._CudaPlan] = {}
+
+    def __call__(self, x: mx.array, residual: mx.array | None = None, *, stream: ops.StreamLike = None):
+        if stream is None and type(x) is mx.array and (residual is None or type(residual) is mx.array):
+            key = self._key(x, residual)
+            plan = self._plans.get(key)
+            if plan is not None and not tracing():
+                outs = plan.run_with(x, self._arrays, residual)
+                return outs[0] if self._single else outs
+        else:
+            key = None
+        outs = ops._project("fused_linear", x, self.weights, self.biases, self.epilogue, residual, stream)
+        if key is not None:
+            plan = ops.planned("fused_linear", x, self.weights, self.biases, self.epilogue, residual)
+            if plan is not None:
+                if len(self._plans) >= _PLANS_PER_PROJECTION:
+                    self._plans.clear()
+                if self._arrays is None:
+                    self._arrays = ops.weight_inputs(self.weights, self.biases)
+                self._plans[key] = plan
+        return outs[0] if self._single else outs
+
+    @staticmethod
+    def _key(x: mx.array, residual: mx.array | None) -> tuple:
+        return (
+            x.shape,
+            x.dtype,
+            None if residual is None else (residual.shape, residual.dtype),
+            mx.default_device().type,
+            ops._per_call_settings(),
+            ops.plans_generation(),
+        )
+
+    def __repr__(self) -> str:
+        return f"Projection({len(self.weights)} weights, epilogue={self.epilogue!r})"
