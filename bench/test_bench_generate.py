@@ -8,7 +8,8 @@ one forward of VERIFY draft tokens on the prefilled cache (speculative decoding'
     python -m pytest bench/test_bench_generate.py --benchmark-json bench/results/<machine>-generate-<date>.json
 
 BENCH_HIDDEN, BENCH_LAYERS, BENCH_INTERMEDIATE and BENCH_HEAD_DIM size the model (Llama-3.1-8B's
-blocks: 4096, 32, 14336, 128); BENCH_DECODE the tokens decoded per round.
+blocks: 4096, 32, 14336, 128); BENCH_DECODE the tokens decoded per round; BENCH_MAX_ROWS
+patch's max_rows (default: patch's own default for the device).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ HEAD_DIM = int(os.environ.get("BENCH_HEAD_DIM", "64"))
 PROMPT = 24
 DECODE = int(os.environ.get("BENCH_DECODE", "8"))
 VERIFY = 4
+MAX_ROWS = int(os.environ["BENCH_MAX_ROWS"]) if os.environ.get("BENCH_MAX_ROWS") else None  # patch's default
 
 
 def _model(fmt: str, patched: bool) -> nn.Module:
@@ -51,7 +53,7 @@ def _model(fmt: str, patched: bool) -> nn.Module:
         nn.quantize(model, group_size=64, bits=4)
     mx.eval(model.parameters())
     if patched:
-        report = mt.patch(model)
+        report = mt.patch(model, max_rows=MAX_ROWS)
         assert report, str(report)
     return model
 
@@ -96,6 +98,8 @@ def test_generation(benchmark, fmt, phase, batch, patched):
     benchmark.extra_info.update(
         {"format": fmt, "phase": phase, "batch": batch, "tokens": tokens, "impl": "mlx_metile" if patched else "stock"}
     )
+    if patched:
+        benchmark.extra_info["max_rows"] = MAX_ROWS
     if phase == "prefill":
         benchmark.pedantic(prefill, rounds=3, iterations=1, warmup_rounds=1)
     else:  # the prompt is prefilled in setup, outside the timing

@@ -96,13 +96,18 @@ class MetileProjection(nn.Module):
         object.__setattr__(self, "original", original)
         object.__setattr__(self, "max_rows", max_rows)
         object.__setattr__(self, "projection", ProjectionCache())
+        object.__setattr__(self, "residual_next", None)  # added to the next call's output (fused_block_call)
 
     def __call__(self, x: mx.array) -> mx.array:
+        residual = self.residual_next
+        if residual is not None:
+            object.__setattr__(self, "residual_next", None)  # (taken: the block sees it was)
         if rows_of(x) > self.max_rows:
             _record_fallback("linear", x, self.original.weight.shape[0])
             carry_back(self, self.original)  # (parameter updates reached self)
-            return self.original(x)
-        return self.projection.get((self.original,), (self,))(x)
+            out = self.original(x)
+            return out if residual is None else residual + out
+        return self.projection.get((self.original,), (self,))(x, residual)
 
 
 class QKVGroup:
@@ -175,9 +180,21 @@ class FusedSwiGLU(nn.Module):
 
 
 def fused_block_call(self, x: mx.array, mask=None, cache=None):
-    """A pre-norm block whose MLP adds the residual inside its down projection."""
+    """A pre-norm block whose MLP adds the residual inside its down projection, and whose
+    attention's output projection adds the first residual where it is an mlx_metile
+    projection (one kernel and one graph node fewer per block; if the attention returns
+    something other than that projection's output, patch's verification declines the block)."""
+    o_proj = self["self_attn"].get("o_proj")
+    fuse = type(o_proj) is MetileProjection
+    if fuse:
+        object.__setattr__(o_proj, "residual_next", x)
     r = self.self_attn(self.input_layernorm(x), mask, cache)
-    h = x + r
+    if fuse and o_proj.residual_next is None:  # taken: r = x + attention
+        h = r
+    else:
+        if fuse:  # the attention did not call it
+            object.__setattr__(o_proj, "residual_next", None)
+        h = x + r
     return self.mlp(self.post_attention_layernorm(h), residual=h)
 
 

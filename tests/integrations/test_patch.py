@@ -114,6 +114,8 @@ def test_every_projection_of_up_to_32_rows_goes_through_mlx_metile():
     per_forward = layers * (1 + 1 + 2) + 1  # fused qkv, o_proj, gate/up, down(+residual); lm_head
     assert len(t) == 3 * per_forward, t.summary()
     assert {r.backend for r in t} == {"cpu"}
+    # both residual adds of each block run inside a projection: o_proj's and down's
+    assert sum(r.residual for r in t) == 3 * layers * 2, t.summary()
     long = mx.zeros((1, 40), dtype=mx.uint32)  # 40 rows: over max_rows, stays on stock MLX
     with mt.trace() as t:
         mx.eval(model(long))
@@ -138,6 +140,23 @@ def test_wrong_replacement_is_declined(monkeypatch):
     declined = {(p, k) for p, k, _ in report.declined}
     assert ("model.layers.0.mlp", "mlp_swiglu") in declined and ("model.layers.1.mlp", "mlp_swiglu") in declined
     assert ("model.layers.0.self_attn", "qkv") in set(report.replaced)
+    np.testing.assert_allclose(logits(model), before, rtol=0, atol=1e-4 * np.abs(before).max())
+
+
+def test_a_block_whose_attention_changes_its_output_projection_result_is_declined(monkeypatch):
+    """The patched block hands its residual to the attention's o_proj; an attention that
+    scales o_proj's output would then scale the residual as well: verification must
+    decline the block (and keep the model's results)."""
+    from mlx_lm.models import llama
+
+    original = llama.Attention.__call__
+    monkeypatch.setattr(llama.Attention, "__call__", lambda self, *a, **k: original(self, *a, **k) * 0.5)
+    model = make("llama", "float32")
+    before = logits(model)
+    report = mt.patch(model)
+    declined = {(p, k) for p, k, _ in report.declined}
+    assert ("model.layers.0", "residual") in declined and ("model.layers.1", "residual") in declined
+    assert ("model.layers.0.mlp", "mlp_swiglu") in set(report.replaced)
     np.testing.assert_allclose(logits(model), before, rtol=0, atol=1e-4 * np.abs(before).max())
 
 
