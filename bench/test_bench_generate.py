@@ -8,7 +8,7 @@ one forward of VERIFY draft tokens on the prefilled cache (speculative decoding'
     python -m pytest bench/test_bench_generate.py --benchmark-json bench/results/<machine>-generate-<date>.json
 
 BENCH_HIDDEN, BENCH_LAYERS, BENCH_INTERMEDIATE and BENCH_HEAD_DIM size the model (Llama-3.1-8B's
-blocks: 4096, 32, 14336, 128); BENCH_DECODE the tokens decoded per round; BENCH_MAX_ROWS
+blocks: 4096, 32, 14336, 128); BENCH_DECODE the tokens decoded per round; BENCH_FORMATS which of bf16,int4,int8; BENCH_MAX_ROWS
 patch's max_rows (default: patch's own default for the device).
 """
 
@@ -31,6 +31,7 @@ HEAD_DIM = int(os.environ.get("BENCH_HEAD_DIM", "64"))
 PROMPT = 24
 DECODE = int(os.environ.get("BENCH_DECODE", "8"))
 VERIFY = 4
+FORMATS = os.environ.get("BENCH_FORMATS", "bf16,int4").split(",")  # of bf16, int4, int8 (group 64)
 MAX_ROWS = int(os.environ["BENCH_MAX_ROWS"]) if os.environ.get("BENCH_MAX_ROWS") else None  # patch's default
 
 
@@ -49,8 +50,8 @@ def _model(fmt: str, patched: bool) -> nn.Module:
     mx.random.seed(0)
     model = llama.Model(args)
     model.set_dtype(mx.bfloat16)
-    if fmt == "int4":
-        nn.quantize(model, group_size=64, bits=4)
+    if fmt in ("int4", "int8"):
+        nn.quantize(model, group_size=64, bits=int(fmt[3:]))
     mx.eval(model.parameters())
     if patched:
         report = mt.patch(model, max_rows=MAX_ROWS)
@@ -61,7 +62,7 @@ def _model(fmt: str, patched: bool) -> nn.Module:
 @pytest.mark.parametrize("patched", [False, True], ids=["stock", "mlx_metile"])
 @pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize("phase", ["prefill", "decode", "decode_async", "verify"])
-@pytest.mark.parametrize("fmt", ["bf16", "int4"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_generation(benchmark, fmt, phase, batch, patched):
     model = _model(fmt, patched)
     prompt = mx.random.randint(0, 8192, (batch, PROMPT))

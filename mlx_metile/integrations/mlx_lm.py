@@ -300,15 +300,20 @@ def _model_dtype(model: nn.Module) -> mx.Dtype:
 
 
 # -- patch -----------------------------------------------------------------------
-def default_max_rows() -> int:
-    """Rows up to which patched modules use mlx_metile kernels: 32 on the CPU
-    and Metal paths; on MLX's CUDA backend 4, where the measured crossover with
-    stock MLX lies (bench/results/h200-2026-11-29.md: 1.4-2.6x for int4/int8
-    at 2-4 rows on Llama-3.1-8B shapes, slower from 8 rows)."""
+def default_max_rows(model: nn.Module | None = None) -> int:
+    """Rows up to which patched modules use mlx_metile kernels: 32 on the CPU and Metal
+    paths. On MLX's CUDA backend 32 for models with quantized projections - end to end on
+    the H200 (8B-shaped Llama, int4, bench/results/h200-2026-11-30-session12-generate.md)
+    batch-8 decoding ran 4.2-4.6x and a 32-row verify 2.7x stock - and 4 otherwise: bf16
+    projections of 8-32 rows were not faster than stock MLX's cuBLAS there (0.73x on the
+    32-row verify)."""
     from ..ops import _gpu_backend
 
     on_gpu = mx.default_device().type == mx.DeviceType.gpu
-    return 4 if on_gpu and _gpu_backend() == "cuda" else 32
+    if not (on_gpu and _gpu_backend() == "cuda"):
+        return 32
+    quantized = model is not None and any(isinstance(m, nn.QuantizedLinear) for _, _, m, _ in _walk(model))
+    return 32 if quantized else 4
 
 
 def patch(
@@ -326,14 +331,14 @@ def patch(
       from the unpatched logits. Models with more than F32_REFERENCE_LIMIT bytes
       of half-precision parameters use FIXED_FLOOR instead of that reference.
     max_rows: calls with more rows (long prefill) stay on stock MLX; None picks
-      default_max_rows() for the default device.
+      default_max_rows(model) for the default device and the model's formats.
     Returns a PatchReport (falsy when nothing was replaced) with .restore()."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: expected an mlx.nn.Module, got {type(model).__name__}")
     if tolerance < 0:
         raise ValueError(f"tolerance: must be >= 0, got {tolerance}")
     if max_rows is None:
-        max_rows = default_max_rows()
+        max_rows = default_max_rows(model)
     if max_rows < 1:
         raise ValueError(f"max_rows: must be >= 1, got {max_rows}")
     report = PatchReport()

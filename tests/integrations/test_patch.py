@@ -220,3 +220,18 @@ def test_weights_are_built_once_per_array_set(monkeypatch):
     for _ in range(3):
         logits(model)
     assert built == []  # all built during patch's verification
+
+
+def test_default_max_rows_by_backend_and_format(monkeypatch):
+    """32 rows on the CPU; on MLX's CUDA backend 32 for quantized models and 4 for dense ones
+    (the H200 end-to-end measurements in default_max_rows' docstring)."""
+    from mlx_metile import ops
+    from mlx_metile.integrations import mlx_lm as integration
+
+    quantized, dense = make("llama", "q4g64"), make("llama", "bfloat16")
+    assert integration.default_max_rows(quantized) == integration.default_max_rows(dense) == 32
+    monkeypatch.setattr(mx, "default_device", lambda: mx.Device(mx.DeviceType.gpu))
+    monkeypatch.setattr(ops, "_gpu_backend", lambda: "cuda")
+    assert integration.default_max_rows(quantized) == 32
+    assert integration.default_max_rows(dense) == 4
+    assert integration.default_max_rows() == 4
