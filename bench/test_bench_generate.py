@@ -8,8 +8,8 @@ one forward of VERIFY draft tokens on the prefilled cache (speculative decoding'
     python -m pytest bench/test_bench_generate.py --benchmark-json bench/results/<machine>-generate-<date>.json
 
 BENCH_HIDDEN, BENCH_LAYERS, BENCH_INTERMEDIATE and BENCH_HEAD_DIM size the model (Llama-3.1-8B's
-blocks: 4096, 32, 14336, 128); BENCH_DECODE the tokens decoded per round; BENCH_FORMATS which of bf16,int4,int8; BENCH_MAX_ROWS
-patch's max_rows (default: patch's own default for the device).
+blocks: 4096, 32, 14336, 128); BENCH_DECODE the tokens decoded per round; BENCH_FORMATS which of
+bf16,int4,int8 (default bf16,int4); BENCH_MAX_ROWS patch's max_rows (default: patch's own).
 """
 
 from __future__ import annotations
