@@ -21,10 +21,14 @@ def render(path: str) -> str:
         "|---|---|---|---|---|---|",
     ]
     for (fmt, phase, batch), v in sorted(rows.items()):
-        out.append(
-            f"| {fmt} | {phase} | {batch} | {v['stock']:.1f} | {v['mlx_metile']:.1f} | {v['mlx_metile'] / v['stock']:.2f}x |"
-        )
+        stock, ours = v.get("stock"), v.get("mlx_metile")  # (a file may hold one side only)
+        speedup = f"{ours / stock:.2f}x" if stock and ours else "-"
+        out.append(f"| {fmt} | {phase} | {batch} | {_rate(stock)} | {_rate(ours)} | {speedup} |")
     return "\n".join(out)
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 if __name__ == "__main__":
