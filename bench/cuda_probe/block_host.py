@@ -1,0 +1,70 @@
+"""Python time of one patched Llama block (8B shapes, int4 group 64, 1 row) with MLX's CUDA launch
+stubbed out, so it runs on any machine, against the stock block in the same process: what the
+patched modules add on the host before MLX sees a kernel. Minimum over 30 alternated rounds of
+300 calls.
+
+    python bench/cuda_probe/block_host.py"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models import llama
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import mlx_metile as mt  # noqa: E402
+from mlx_metile import ops  # noqa: E402
+from mlx_metile.runtime import cuda as cuda_runtime  # noqa: E402
+
+
+def block() -> nn.Module:
+    args = llama.ModelArgs(
+        model_type="llama",
+        hidden_size=4096,
+        num_hidden_layers=1,
+        intermediate_size=14336,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        rms_norm_eps=1e-5,
+        vocab_size=8192,
+        tie_word_embeddings=False,
+    )
+    model = llama.Model(args)
+    model.set_dtype(mx.bfloat16)
+    nn.quantize(model, group_size=64, bits=4)
+    mx.eval(model.parameters())
+    return model
+
+
+def main() -> int:
+    stock, patched = block(), block()
+    ops._backend = lambda stream: "cuda"
+    mx.fast.precompiled_cuda_kernel = lambda **kw: [
+        mx.zeros(s, d) for s, d in zip(kw["output_shapes"], kw["output_dtypes"])
+    ]
+    cuda_runtime.ptx = lambda artifact, arch=None: b"\0" * 20000
+    mt.patch(patched, verify=False, max_rows=32)
+    x = mx.random.normal((1, 1, 4096)).astype(mx.bfloat16)
+    mx.eval(x)
+
+    def per_call(layer, n: int = 300) -> float:
+        t = time.perf_counter()
+        for _ in range(n):
+            layer(x, None, None)
+        return (time.perf_counter() - t) / n * 1e6
+
+    blocks = (stock.model.layers[0], patched.model.layers[0])
+    per_call(blocks[1], 50)
+    best = [float("inf"), float("inf")]
+    for _ in range(30):
+        best = [min(b, per_call(layer)) for b, layer in zip(best, blocks)]
+    print(f"one block's Python: stock {best[0]:.1f} us, patched {best[1]:.1f} us (launch stubbed)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
