@@ -58,7 +58,7 @@ class Projection:
         else:
             key = None
         outs = ops._project("fused_linear", x, self.weights, self.biases, self.epilogue, residual, stream)
-        if key is not None:
+        if key is not None and ops._PLANS:  # (only the CUDA path makes plans)
             plan = ops.planned("fused_linear", x, self.weights, self.biases, self.epilogue, residual)
             if plan is not None:
                 if len(self._plans) >= _PLANS_PER_PROJECTION:

@@ -188,13 +188,13 @@ def fused_block_call(self, x: mx.array, mask=None, cache=None):
     fuse = type(o_proj) is MetileProjection
     if fuse:
         object.__setattr__(o_proj, "residual_next", x)
-    r = self.self_attn(self.input_layernorm(x), mask, cache)
-    if fuse and o_proj.residual_next is None:  # taken: r = x + attention
-        h = r
-    else:
-        if fuse:  # the attention did not call it
+    try:
+        r = self.self_attn(self.input_layernorm(x), mask, cache)
+    finally:
+        taken = fuse and o_proj.residual_next is None  # then r = x + attention
+        if fuse and not taken:  # the attention did not call it (or raised): nothing left pending
             object.__setattr__(o_proj, "residual_next", None)
-        h = x + r
+    h = r if taken else x + r
     return self.mlp(self.post_attention_layernorm(h), residual=h)
 
 

@@ -235,3 +235,19 @@ def test_default_max_rows_by_backend_and_format(monkeypatch):
     assert integration.default_max_rows(quantized) == 32
     assert integration.default_max_rows(dense) == 4
     assert integration.default_max_rows() == 4
+
+
+def test_a_failed_attention_leaves_no_residual_pending(monkeypatch):
+    """The residual handed to o_proj for one block call must not reach a later o_proj call when
+    the attention raises before using it."""
+    from mlx_lm.models import llama
+
+    model = make("llama", "q4g64")
+    assert mt.patch(model)
+    block = model.model.layers[0]
+    o_proj = block.self_attn.o_proj
+    assert type(o_proj).__name__ == "MetileProjection"
+    monkeypatch.setattr(llama.Attention, "__call__", lambda self, *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        block(mx.zeros((1, 2, block.input_layernorm.weight.shape[0]), mx.bfloat16))
+    assert o_proj.residual_next is None
