@@ -4,7 +4,7 @@ work encoding the kernels plus the GPU time it waits for); and the same tokens o
 as mlx-lm's generate runs them (build, `mx.async_eval`'s own time, the wait). A random-weight Llama of
 Llama-3.1-8B's block shapes built with mlx-lm's classes (nothing downloaded), batch 1.
 
-    python bench/decode_host.py [--layers 32] [--format int4|bf16] [--tokens 16] [--out result.json]
+    python bench/decode_host.py [--layers 32] [--format bf16|int4|int8] [--tokens 16] [--out result.json]
 
 Medians over the tokens of 3 rounds, after one warm-up round."""
 
@@ -22,31 +22,15 @@ from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models import llama
 from mlx_lm.models.cache import make_prompt_cache
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mlx_metile as mt  # noqa: E402
+from bench.random_llama import FORMATS, random_llama  # noqa: E402
 
 
 def model_of(layers: int, fmt: str, patched: bool) -> nn.Module:
-    args = llama.ModelArgs(
-        model_type="llama",
-        hidden_size=4096,
-        num_hidden_layers=layers,
-        intermediate_size=14336,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        rms_norm_eps=1e-5,
-        vocab_size=8192,
-        tie_word_embeddings=False,
-    )
-    mx.random.seed(0)
-    model = llama.Model(args)
-    model.set_dtype(mx.bfloat16)
-    if fmt == "int4":
-        nn.quantize(model, group_size=64, bits=4)
-    mx.eval(model.parameters())
+    model = random_llama(fmt, layers)
     if patched:
         assert mt.patch(model)
     return model
@@ -101,7 +85,7 @@ def overlapped(model: nn.Module, tokens: int) -> tuple[list[float], ...]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=32)
-    ap.add_argument("--format", choices=("int4", "bf16"), default="int4")
+    ap.add_argument("--format", choices=FORMATS, default="int4")
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--out")
     args = ap.parse_args()

@@ -19,10 +19,11 @@ import os
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
-from mlx_lm.models import llama
 from mlx_lm.models.cache import make_prompt_cache
 
 import mlx_metile as mt
+
+from .random_llama import random_llama
 
 HIDDEN = int(os.environ.get("BENCH_HIDDEN", "512"))
 LAYERS = int(os.environ.get("BENCH_LAYERS", "2"))
@@ -36,23 +37,7 @@ MAX_ROWS = int(os.environ["BENCH_MAX_ROWS"]) if os.environ.get("BENCH_MAX_ROWS")
 
 
 def _model(fmt: str, patched: bool) -> nn.Module:
-    args = llama.ModelArgs(
-        model_type="llama",
-        hidden_size=HIDDEN,
-        num_hidden_layers=LAYERS,
-        intermediate_size=INTERMEDIATE,
-        num_attention_heads=HIDDEN // HEAD_DIM,
-        num_key_value_heads=HIDDEN // HEAD_DIM // 4,
-        rms_norm_eps=1e-5,
-        vocab_size=8192,
-        tie_word_embeddings=False,
-    )
-    mx.random.seed(0)
-    model = llama.Model(args)
-    model.set_dtype(mx.bfloat16)
-    if fmt in ("int4", "int8"):
-        nn.quantize(model, group_size=64, bits=int(fmt[3:]))
-    mx.eval(model.parameters())
+    model = random_llama(fmt, LAYERS, HIDDEN, INTERMEDIATE, HEAD_DIM)
     if patched:
         report = mt.patch(model, max_rows=MAX_ROWS)
         assert report, str(report)

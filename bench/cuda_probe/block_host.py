@@ -12,36 +12,16 @@ import time
 from pathlib import Path
 
 import mlx.core as mx
-import mlx.nn as nn
-from mlx_lm.models import llama
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import mlx_metile as mt  # noqa: E402
+from bench.random_llama import random_llama  # noqa: E402
 from mlx_metile import ops  # noqa: E402
 from mlx_metile.runtime import cuda as cuda_runtime  # noqa: E402
 
 
-def block() -> nn.Module:
-    args = llama.ModelArgs(
-        model_type="llama",
-        hidden_size=4096,
-        num_hidden_layers=1,
-        intermediate_size=14336,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        rms_norm_eps=1e-5,
-        vocab_size=8192,
-        tie_word_embeddings=False,
-    )
-    model = llama.Model(args)
-    model.set_dtype(mx.bfloat16)
-    nn.quantize(model, group_size=64, bits=4)
-    mx.eval(model.parameters())
-    return model
-
-
 def main() -> int:
-    stock, patched = block(), block()
+    stock, patched = random_llama("int4", layers=1), random_llama("int4", layers=1)
     ops._backend = lambda stream: "cuda"
     mx.fast.precompiled_cuda_kernel = lambda **kw: [
         mx.zeros(s, d) for s, d in zip(kw["output_shapes"], kw["output_dtypes"])
