@@ -36,16 +36,26 @@ def model_of(layers: int, fmt: str, patched: bool) -> nn.Module:
     return model
 
 
+def prefilled(model: nn.Module) -> tuple[list, mx.array]:
+    """A cache holding a 24-token random prompt, and its last token."""
+    cache = make_prompt_cache(model)
+    prompt = mx.random.randint(0, 8192, (1, 24))
+    mx.eval(model(prompt, cache=cache))
+    return cache, prompt[:, -1:]
+
+
+def next_token(model: nn.Module, tok: mx.array, cache: list) -> mx.array:
+    """The greedy next token's graph (not evaluated)."""
+    return mx.argmax(model(tok, cache=cache)[:, -1], axis=-1)[:, None]
+
+
 def per_token(model: nn.Module, tokens: int) -> tuple[list[float], list[float]]:
     """(build seconds, eval seconds) of each token after a 24-token prompt."""
-    cache = make_prompt_cache(model)
-    tok = mx.random.randint(0, 8192, (1, 24))
-    mx.eval(model(tok, cache=cache))
-    tok = tok[:, -1:]
+    cache, tok = prefilled(model)
     build, run = [], []
     for _ in range(tokens):
         t0 = time.perf_counter()
-        nxt = mx.argmax(model(tok, cache=cache)[:, -1], axis=-1)[:, None]
+        nxt = next_token(model, tok, cache)
         t1 = time.perf_counter()
         mx.eval(nxt)
         t2 = time.perf_counter()
@@ -60,15 +70,12 @@ def overlapped(model: nn.Module, tokens: int) -> tuple[list[float], ...]:
     mx.async_eval while the GPU computes this one): per token (build, async_eval, wait)
     seconds - async_eval's own time is MLX encoding the graph on this thread - and the mean
     seconds per token over the whole loop."""
-    cache = make_prompt_cache(model)
-    tok = mx.random.randint(0, 8192, (1, 24))
-    mx.eval(model(tok, cache=cache))
-    tok = tok[:, -1:]
+    cache, tok = prefilled(model)
     build, encode, wait = [], [], []
     start = time.perf_counter()
     for _ in range(tokens):
         t0 = time.perf_counter()
-        nxt = mx.argmax(model(tok, cache=cache)[:, -1], axis=-1)[:, None]
+        nxt = next_token(model, tok, cache)
         t1 = time.perf_counter()
         mx.async_eval(nxt)
         t2 = time.perf_counter()
