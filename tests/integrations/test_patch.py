@@ -222,6 +222,20 @@ def test_weights_are_built_once_per_array_set(monkeypatch):
     assert built == []  # all built during patch's verification
 
 
+def test_a_projection_module_swapped_in_reaches_the_kernels():
+    """Replacing a whole projection under a patched MLP (not only its arrays) makes the fused
+    call use the new module's weights (ProjectionCache notices the new module and its arrays)."""
+    patched, reference = make("llama", "float32"), make("llama", "float32")
+    assert mt.patch(patched)
+    other = make("llama", "float32", seed=5).model.layers[0].mlp.up_proj
+    before = logits(patched)
+    patched.model.layers[0].mlp.up_proj = other
+    reference.model.layers[0].mlp.up_proj = other
+    want, got = logits(reference), logits(patched)
+    assert np.abs(got - before).max() > 0.1 * np.abs(want).max()  # the swap changed the outputs
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
+
+
 def test_default_max_rows_by_backend_and_format(monkeypatch):
     """32 rows on the CPU; on MLX's CUDA backend 32 for quantized models and 4 for dense ones
     (the H200 end-to-end measurements in default_max_rows' docstring)."""
