@@ -238,8 +238,7 @@ def _project(
         if w.shape[1] != K:
             raise ValueError(f"weights[{i}]: K={w.shape[1]} does not match x's last dimension {K}")
     Ns = [w.N if isinstance(w, QuantizedWeight) else w.shape[0] for w in weights]
-    if len(biases) != len(weights):
-        raise ValueError(f"biases: expected {len(weights)} entries (one per weight, None for none), got {len(biases)}")
+    check_bias_count(weights, biases)
     for i, (b, n) in enumerate(zip(biases, Ns)):
         if b is None:
             continue
@@ -305,7 +304,7 @@ def _project(
         plan = _cuda_plan_of(artifact, x_in, residual_in, out_dtype, rows, cols, scalars, lead, out_ns)
         if getenv("MLX_METILE_CUDA_GRADIENTS", "0") == "1":
             # opt-in: it passed the H200 gradient check, but what it costs an eager call is unmeasured
-            inputs = plan.inputs(x_in, weights, biases, residual_in)
+            inputs = plan.inputs_with(x_in, weight_inputs(weights, biases), residual_in)
             outs = differentiable(
                 lambda arrays: plan.launch(arrays, s),
                 lambda arrays: _reference_of_flat(arrays, weights, biases, epilogue, res2 is not None),
@@ -429,9 +428,6 @@ class _CudaPlan:
             ensure_row_contiguous=True,
         )
 
-    def inputs(self, x, weights, biases, residual) -> list[mx.array]:
-        return self.inputs_with(x, weight_inputs(weights, biases), residual)
-
     def inputs_with(self, x, weight_arrays: list[mx.array], residual) -> list[mx.array]:
         """The kernel's inputs from x, the weights' arrays (weight_inputs) and the residual."""
         if self.x_cast is not None:
@@ -454,12 +450,11 @@ class _CudaPlan:
         return outs if self.out_shapes is None else [o.reshape(sh) for o, sh in zip(outs, self.out_shapes)]
 
     def run(self, x, weights, biases, residual, stream) -> list[mx.array]:
-        return self.shaped(self.launch(self.inputs(x, weights, biases, residual), stream))
+        return self.run_with(x, weight_inputs(weights, biases), residual, stream)
 
-    def run_with(self, x, weight_arrays: list[mx.array], residual) -> list[mx.array]:
-        """run() on the default stream with the weights' arrays gathered beforehand (Projection)."""
-        outs = mx.fast.precompiled_cuda_kernel(inputs=self.inputs_with(x, weight_arrays, residual), **self.kwargs)
-        return outs if self.out_shapes is None else [o.reshape(sh) for o, sh in zip(outs, self.out_shapes)]
+    def run_with(self, x, weight_arrays: list[mx.array], residual, stream=None) -> list[mx.array]:
+        """run() with the weights' arrays gathered beforehand (weight_inputs; Projection keeps them)."""
+        return self.shaped(self.launch(self.inputs_with(x, weight_arrays, residual), stream))
 
 
 def weight_inputs(weights: Sequence[Weight], biases: Sequence[mx.array | None]) -> list[mx.array]:
@@ -569,6 +564,18 @@ def quantized_linear(
         raise ValueError(str(e).replace("weights[0]", "w").replace("biases[0]", "bias")) from None
 
 
+def weight_lists(weights, biases) -> tuple[list[Weight], list[mx.array | None]]:
+    """fused_linear's weights and biases as lists (biases None: one None per weight)."""
+    if isinstance(weights, (mx.array, QuantizedWeight)) or not isinstance(weights, (list, tuple)):
+        raise TypeError("weights: expected a list or tuple of arrays / QuantizedWeight")
+    return list(weights), list(biases) if biases is not None else [None] * len(weights)
+
+
+def check_bias_count(weights: Sequence, biases: Sequence) -> None:
+    if len(biases) != len(weights):
+        raise ValueError(f"biases: expected {len(weights)} entries (one per weight, None for none), got {len(biases)}")
+
+
 def fused_linear(
     x: mx.array,
     weights: Sequence[Weight],
@@ -586,8 +593,6 @@ def fused_linear(
     - residual: added to the single output (down projection + residual).
     Biases, epilogue and residual are applied in f32 and rounded once.
     Returns a list when there are several outputs, else one array."""
-    if isinstance(weights, (mx.array, QuantizedWeight)) or not isinstance(weights, (list, tuple)):
-        raise TypeError("weights: expected a list or tuple of arrays / QuantizedWeight")
-    bs = list(biases) if biases is not None else [None] * len(weights)
-    outs = _project("fused_linear", x, list(weights), bs, epilogue, residual, stream)
+    ws, bs = weight_lists(weights, biases)
+    outs = _project("fused_linear", x, ws, bs, epilogue, residual, stream)
     return outs[0] if len(outs) == 1 and (epilogue == "swiglu" or residual is not None or len(weights) == 1) else outs

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import mlx.core as mx
 
 from . import ops
-from .ops import QuantizedWeight, Weight
+from .ops import Weight
 from .trace import tracing
 
 _PLANS_PER_PROJECTION = 64  # distinct call shapes kept (decode, verify and a few prompt lengths)
@@ -35,14 +35,8 @@ class Projection:
         biases: Sequence[mx.array | None] | None = None,
         epilogue: str | None = None,
     ):
-        if isinstance(weights, (mx.array, QuantizedWeight)) or not isinstance(weights, (list, tuple)):
-            raise TypeError("weights: expected a list or tuple of arrays / QuantizedWeight")
-        self.weights = list(weights)
-        self.biases = list(biases) if biases is not None else [None] * len(self.weights)
-        if len(self.biases) != len(self.weights):
-            raise ValueError(
-                f"biases: expected {len(self.weights)} entries (one per weight, None for none), got {len(self.biases)}"
-            )
+        self.weights, self.biases = ops.weight_lists(weights, biases)
+        ops.check_bias_count(self.weights, self.biases)
         self.epilogue = epilogue
         self._single = epilogue == "swiglu" or len(self.weights) == 1
         self._arrays: list[mx.array] | None = None  # the weights' kernel inputs, once a plan needs them

@@ -135,7 +135,7 @@ class QKVGroup:
             carry_back(self.members[index], self.originals[index])  # (parameter updates reached the member)
             return self.originals[index](x)
         outs = self.projection.get(tuple(self.originals), tuple(self.members))(x)
-        outs = list(outs) if isinstance(outs, list) else [outs]
+        outs = outs if isinstance(outs, list) else [outs]  # (a list of its own: results are taken from it)
         mine = outs[index]
         outs[index] = None
         self.pending = (x, outs, [len(outs) - 1])  # (x, the results not yet picked up, how many)
