@@ -310,7 +310,6 @@ def _project(
                 lambda arrays: _reference_of_flat(arrays, weights, biases, epilogue, res2 is not None),
                 inputs,
             )
-            outs = plan.shaped(outs)
         else:
             outs = plan.run(x_in, weights, biases, residual_in, None if stream is None else s)  # as a planned call
             if plannable and key is None:  # (not computed above while no plan existed)
@@ -405,13 +404,15 @@ def _binding_template(artifact) -> tuple[tuple[int, int | str], ...]:
 
 class _CudaPlan:
     """Everything a CUDA call repeats for arrays of the same shapes and dtypes: the casts
-    and reshapes of x and the residual, and MLX's precompiled-kernel arguments but the
-    inputs. The op builds one per call it checks, and keeps it (see _plan_key) so that
-    the next such call skips the checks and derivations - an eager call's host time."""
+    of x and the residual, and MLX's precompiled-kernel arguments but the inputs. The op
+    builds one per call it checks, and keeps it (see _plan_key) so that the next such call
+    skips the checks and derivations - an eager call's host time. x, the residual and the
+    outputs keep their leading dimensions: the kernel sees only row-contiguous buffers
+    (MLX copies any other input), so a reshape would be one more graph node to build and
+    evaluate per array (three to four per projection in a decoding step)."""
 
-    def __init__(self, artifact, x_cast, x_shape, res_cast, res_shape, out_dtype, rows, cols, scalars, lead, out_ns):
-        self.x_cast, self.x_shape, self.res_cast, self.res_shape = x_cast, x_shape, res_cast, res_shape
-        self.out_shapes = None if len(lead) == 1 else [(*lead, n) for n in out_ns]
+    def __init__(self, artifact, x_cast, res_cast, out_dtype, rows, cols, scalars, lead, out_ns):
+        self.x_cast, self.res_cast = x_cast, res_cast
         names = tuple(name for kind, name in _binding_template(artifact) if kind == 2)
         (tx, ty, tz), (gx, gy, gz) = artifact.threads_per_group, artifact.grid(rows, cols)
         # the artifact as a fatbin / cubin through MLX's precompiled-kernel op (inputs,
@@ -419,7 +420,7 @@ class _CudaPlan:
         self.kwargs = dict(
             name=artifact.entry,
             compiled_source=cuda_runtime.ptx(artifact),
-            output_shapes=[(rows, n) for n in out_ns],
+            output_shapes=[(*lead, n) for n in out_ns],
             output_dtypes=[out_dtype] * len(out_ns),
             scalars=[scalars[name] for name in names],
             grid=(gx * tx, gy * ty, gz * tz),
@@ -432,29 +433,21 @@ class _CudaPlan:
         """The kernel's inputs from x, the weights' arrays (weight_inputs) and the residual."""
         if self.x_cast is not None:
             x = x.astype(self.x_cast)
-        if self.x_shape is not None:
-            x = x.reshape(self.x_shape)
-        inputs = [x, *weight_arrays]
-        if residual is not None:
-            if self.res_cast is not None:
-                residual = residual.astype(self.res_cast)
-            if self.res_shape is not None:
-                residual = residual.reshape(self.res_shape)
-            inputs.append(residual)
-        return inputs
+        if residual is None:
+            return [x, *weight_arrays]
+        if self.res_cast is not None:
+            residual = residual.astype(self.res_cast)
+        return [x, *weight_arrays, residual]
 
     def launch(self, inputs: list[mx.array], stream) -> list[mx.array]:
         return mx.fast.precompiled_cuda_kernel(inputs=inputs, stream=stream, **self.kwargs)
-
-    def shaped(self, outs: list[mx.array]) -> list[mx.array]:
-        return outs if self.out_shapes is None else [o.reshape(sh) for o, sh in zip(outs, self.out_shapes)]
 
     def run(self, x, weights, biases, residual, stream) -> list[mx.array]:
         return self.run_with(x, weight_inputs(weights, biases), residual, stream)
 
     def run_with(self, x, weight_arrays: list[mx.array], residual, stream=None) -> list[mx.array]:
         """run() with the weights' arrays gathered beforehand (weight_inputs; Projection keeps them)."""
-        return self.shaped(self.launch(self.inputs_with(x, weight_arrays, residual), stream))
+        return self.launch(self.inputs_with(x, weight_arrays, residual), stream)
 
 
 def weight_inputs(weights: Sequence[Weight], biases: Sequence[mx.array | None]) -> list[mx.array]:
@@ -473,14 +466,9 @@ def weight_inputs(weights: Sequence[Weight], biases: Sequence[mx.array | None]) 
 
 def _cuda_plan_of(artifact, x, residual, out_dtype, rows, cols, scalars, lead, out_ns) -> _CudaPlan:
     """The plan of a checked call, from its original x and residual."""
-    K = x.shape[-1]
     x_cast = out_dtype if x.dtype != out_dtype else None
-    x_shape = (rows, K) if len(lead) != 1 else None
-    res_cast = res_shape = None
-    if residual is not None:
-        res_cast = out_dtype if residual.dtype != out_dtype else None
-        res_shape = (rows, out_ns[0]) if len(lead) != 1 else None
-    return _CudaPlan(artifact, x_cast, x_shape, res_cast, res_shape, out_dtype, rows, cols, scalars, lead, out_ns)
+    res_cast = out_dtype if residual is not None and residual.dtype != out_dtype else None
+    return _CudaPlan(artifact, x_cast, res_cast, out_dtype, rows, cols, scalars, lead, out_ns)
 
 
 _PLANS: dict[tuple, _CudaPlan] = {}

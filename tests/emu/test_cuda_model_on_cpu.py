@@ -6,6 +6,7 @@ plumbing and the kernels are checked together, against the unpatched model."""
 from __future__ import annotations
 
 import mlx.core as mx
+import numpy as np
 import pytest
 
 import mlx_metile as mt
@@ -13,6 +14,7 @@ import mlx_metile.runtime.cuda as cuda_runtime
 from mlx_metile import ops
 from mlx_metile.emu import cuda_host
 from mlx_metile.integrations import mlx_lm as integration
+from mlx_metile.reference import dequantize_exact
 from mlx_metile.runtime import compile_projection
 
 from ..helpers import bits
@@ -65,3 +67,23 @@ def test_patched_model_on_the_cuda_path_matches_the_unpatched_one(cuda_on_cpu, a
     scale = float(mx.abs(want).max())
     err = float(mx.abs(got.astype(mx.float32) - want.astype(mx.float32)).max())
     assert err <= 2 * report.allowed * scale, f"{arch}/{fmt}: logits differ by {err:.3g} (scale {scale:.3g})"
+
+
+def test_leading_dimensions_and_strided_inputs_reach_the_kernel_as_rows(cuda_on_cpu):
+    """x and the residual go to the kernel with their leading dimensions (no reshape node),
+    a transposed x and residual included (MLX makes launch inputs row-contiguous); the
+    results match a float64 product of the dequantized weights within one bf16 step of the
+    largest output (the kernel accumulates in f32 and rounds once)."""
+    k, n = 128, 64
+    w = mx.quantize(mx.random.normal((n, k), key=mx.random.key(1)).astype(mx.bfloat16) * 0.1, group_size=64, bits=4)
+    x = mx.random.normal((3, 2, k), key=mx.random.key(2)).astype(mx.bfloat16).transpose(1, 0, 2)
+    res = mx.random.normal((3, 2, n), key=mx.random.key(3)).astype(mx.bfloat16).transpose(1, 0, 2)
+    want = np.array(x.astype(mx.float32), np.float64) @ dequantize_exact(*w, 64, 4).T
+    want += np.array(res.astype(mx.float32))
+    proj = mt.Projection([mt.QuantizedWeight(*w, 64, 4)])
+    for _ in range(2):  # the checked call, then the planned one
+        y = proj(x, res)
+        assert y.shape == (2, 3, n)
+        err = np.abs(np.array(y.astype(mx.float32)) - want).max()
+        assert err <= np.abs(want).max() * 2**-7, err
+    assert len(cuda_on_cpu) == 2
