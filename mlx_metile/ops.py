@@ -428,6 +428,13 @@ class _CudaPlan:
             shared_memory=artifact.dynamic_shared,
             ensure_row_contiguous=True,
         )
+        self.native = None  # the same launch built from C++ (_ext.CudaLaunch), where it can be used
+        if _native_launch():
+            kw = self.kwargs
+            self.native = _ext.CudaLaunch(
+                kw["name"], kw["compiled_source"], list(out_ns), out_dtype, kw["scalars"], kw["grid"],
+                kw["threadgroup"], kw["shared_memory"], x_cast, res_cast,
+            )  # fmt: skip
 
     def inputs_with(self, x, weight_arrays: list[mx.array], residual) -> list[mx.array]:
         """The kernel's inputs from x, the weights' arrays (weight_inputs) and the residual."""
@@ -447,7 +454,24 @@ class _CudaPlan:
 
     def run_with(self, x, weight_arrays: list[mx.array], residual, stream=None) -> list[mx.array]:
         """run() with the weights' arrays gathered beforehand (weight_inputs; Projection keeps them)."""
+        if self.native is not None:
+            return self.native(x, weight_arrays, residual, stream)
         return self.launch(self.inputs_with(x, weight_arrays, residual), stream)
+
+
+_STOCK_PRECOMPILED = getattr(mx.fast, "precompiled_cuda_kernel", None)
+
+
+def _native_launch() -> bool:
+    """Whether a new plan launches through _ext.CudaLaunch: where the extension is built,
+    MLX_METILE_CUDA_NATIVE_LAUNCH is not "0", and MLX's precompiled-kernel op is MLX's own
+    (tests and probes that replace it with a recorder or the CPU emulator go through theirs)."""
+    return (
+        _ext is not None
+        and hasattr(_ext, "CudaLaunch")
+        and getattr(mx.fast, "precompiled_cuda_kernel", None) is _STOCK_PRECOMPILED
+        and getenv("MLX_METILE_CUDA_NATIVE_LAUNCH", "1") != "0"
+    )
 
 
 def weight_inputs(weights: Sequence[Weight], biases: Sequence[mx.array | None]) -> list[mx.array]:

@@ -2,11 +2,13 @@
 // with a compiled artifact. Users call mlx_metile.linear & co., not this.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/array.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
+#include "cuda_launch.h"
 #include "emu_abi.h"
 #include "tile_kernel.h"
 
@@ -16,7 +18,7 @@ namespace mt = mlx_metile;
 namespace mx = mlx::core;
 
 NB_MODULE(_ext, m) {
-  m.doc() = "mlx-metile C++ core: the TileKernel MLX primitive";
+  m.doc() = "mlx-metile C++ core: the TileKernel MLX primitive and the planned CUDA launch";
   m.attr("EMU_ABI_VERSION") = METILE_EMU_ABI_VERSION;
 #ifdef METILE_METAL
   m.attr("HAS_METAL") = true;
@@ -59,4 +61,31 @@ NB_MODULE(_ext, m) {
       "bindings"_a, "key"_a, "bits"_a, "group_size"_a, "has_bias"_a, "epilogue"_a, "has_residual"_a,
       "emulator_object"_a, nb::kw_only(), "stream"_a = nb::none(),
       "Build the array node of one compiled tile kernel (internal; see mlx_metile.ops).");
+
+  nb::class_<mt::CudaLaunch>(m, "CudaLaunch",
+                             "One planned launch through MLX's precompiled-CUDA-kernel op (internal; see "
+                             "mlx_metile.ops._CudaPlan): every argument but the arrays converted once.")
+      .def(
+          "__init__",
+          [](mt::CudaLaunch* self, const std::string& name, nb::bytes binary, std::vector<int> out_columns,
+             mx::Dtype out_dtype, std::vector<int> scalars, std::array<int, 3> grid, std::array<int, 3> threadgroup,
+             int shared_memory, std::optional<mx::Dtype> x_cast, std::optional<mx::Dtype> residual_cast) {
+            new (self)
+                mt::CudaLaunch(name, std::string(binary.c_str(), binary.size()), std::move(out_columns), out_dtype,
+                               std::move(scalars), grid, threadgroup, shared_memory, x_cast, residual_cast);
+          },
+          "name"_a, "binary"_a, "out_columns"_a, "out_dtype"_a, "scalars"_a, "grid"_a, "threadgroup"_a,
+          "shared_memory"_a, "x_cast"_a.none(), "residual_cast"_a.none())
+      .def("__call__", &mt::CudaLaunch::operator(), "x"_a, "weights"_a, "residual"_a.none() = nb::none(),
+           "stream"_a = nb::none(), "The kernel's outputs, each with x's leading dimensions.")
+      .def_prop_ro("name", &mt::CudaLaunch::name)
+      .def_prop_ro("binary", [](const mt::CudaLaunch& l) { return nb::bytes(l.binary().data(), l.binary().size()); })
+      .def_prop_ro("out_columns", &mt::CudaLaunch::out_columns)
+      .def_prop_ro("out_dtype", &mt::CudaLaunch::out_dtype)
+      .def_prop_ro("scalars", &mt::CudaLaunch::scalars)
+      .def_prop_ro("grid", &mt::CudaLaunch::grid)
+      .def_prop_ro("threadgroup", &mt::CudaLaunch::threadgroup)
+      .def_prop_ro("shared_memory", &mt::CudaLaunch::shared_memory)
+      .def_prop_ro("x_cast", &mt::CudaLaunch::x_cast)
+      .def_prop_ro("residual_cast", &mt::CudaLaunch::residual_cast);
 }

@@ -5,6 +5,8 @@ are checked on the H200 (bench/h200.py)."""
 
 from __future__ import annotations
 
+import types
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -151,3 +153,28 @@ def test_quantized_calls_reuse_their_plan_with_their_own_weights(fake_cuda):
     qw = mt.QuantizedWeight(*qs[0], 64, 4)
     with pytest.raises(AttributeError, match="immutable"):
         qw.w = qs[1][0]
+
+
+@pytest.mark.skipif(not hasattr(ops._ext, "CudaLaunch"), reason="the C++ extension is not built")
+def test_plans_launch_from_cpp_with_the_python_launch_arguments(fake_cuda, monkeypatch):
+    """Where MLX's op is its own, a plan launches through _ext.CudaLaunch, made from the
+    arguments the Python launch passes; here (MLX without the CUDA backend) the C++ launch
+    reaches MLX's op, which raises as MLX's Python op does."""
+    made = []
+    real = ops._ext.CudaLaunch
+    monkeypatch.setattr(ops, "_ext", types.SimpleNamespace(CudaLaunch=lambda *a: made.append(real(*a)) or made[-1]))
+    monkeypatch.setattr(ops, "_native_launch", lambda: True)
+    k, n = 64, 24
+    x, w, res = rand((2, 3, k), mx.float16, 1), rand((n, k), mx.float16, 2), rand((2, 3, n), mx.float32, 3)
+    with pytest.raises(RuntimeError, match="No CUDA back-end"):
+        mt.fused_linear(x, [w], residual=res)
+    assert not fake_cuda  # (the recorder stands in for MLX's Python op only)
+    monkeypatch.setattr(ops, "_native_launch", lambda: False)
+    mt.fused_linear(x, [w], residual=res)
+    (launch,), (kw,) = made, fake_cuda
+    assert (launch.name, launch.binary, launch.scalars) == (kw["name"], kw["compiled_source"], kw["scalars"])
+    assert (tuple(launch.grid), tuple(launch.threadgroup)) == (kw["grid"], kw["threadgroup"])
+    assert launch.shared_memory == kw["shared_memory"] and launch.out_columns == [n]
+    assert launch.out_dtype == mx.float16 and kw["output_dtypes"] == [mx.float16]
+    assert launch.x_cast is None and launch.residual_cast == mx.float16  # the residual cast to the output dtype
+    assert kw["inputs"][-1].dtype == mx.float16
