@@ -27,12 +27,13 @@ from mlx_lm.models.cache import make_prompt_cache
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mlx_metile as mt  # noqa: E402
 from bench.random_llama import FORMATS, random_llama  # noqa: E402
+from mlx_metile import ops  # noqa: E402
 
 
 def model_of(layers: int, fmt: str, patched: bool) -> nn.Module:
     model = random_llama(fmt, layers)
     if patched:
-        assert mt.patch(model)
+        assert mt.patch(model, dense=True)  # (bf16 too, whatever the backend's default)
     return model
 
 
@@ -131,6 +132,7 @@ def main() -> int:
         "format": args.format,
         "tokens_per_round": args.tokens,
         "mlx_env": {k: v for k, v in os.environ.items() if k.startswith("MLX_")},
+        "cuda_launch": "native" if ops._native_launch() else "python",  # (where the CUDA path runs)
         "per_token": rows,
     }
     if args.out:

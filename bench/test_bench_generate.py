@@ -10,6 +10,8 @@ one forward of VERIFY draft tokens on the prefilled cache (speculative decoding'
 BENCH_HIDDEN, BENCH_LAYERS, BENCH_INTERMEDIATE and BENCH_HEAD_DIM size the model (Llama-3.1-8B's
 blocks: 4096, 32, 14336, 128); BENCH_DECODE the tokens decoded per round; BENCH_FORMATS which of
 bf16,int4,int8 (default bf16,int4); BENCH_MAX_ROWS patch's max_rows (default: patch's own).
+Dense projections are replaced on every backend (patch's dense=True; on CUDA its default leaves
+them to stock MLX).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
 import mlx_metile as mt
+from mlx_metile import ops
 
 from .random_llama import random_llama
 
@@ -39,7 +42,7 @@ MAX_ROWS = int(os.environ["BENCH_MAX_ROWS"]) if os.environ.get("BENCH_MAX_ROWS")
 def _model(fmt: str, patched: bool) -> nn.Module:
     model = random_llama(fmt, LAYERS, HIDDEN, INTERMEDIATE, HEAD_DIM)
     if patched:
-        report = mt.patch(model, max_rows=MAX_ROWS)
+        report = mt.patch(model, max_rows=MAX_ROWS, dense=True)  # (bf16 too: what its kernels give)
         assert report, str(report)
     return model
 
@@ -86,6 +89,7 @@ def test_generation(benchmark, fmt, phase, batch, patched):
     )
     if patched:
         benchmark.extra_info["max_rows"] = MAX_ROWS
+        benchmark.extra_info["cuda_launch"] = "native" if ops._native_launch() else "python"  # (on the CUDA path)
     if phase == "prefill":
         benchmark.pedantic(prefill, rounds=3, iterations=1, warmup_rounds=1)
     else:  # the prompt is prefilled in setup, outside the timing

@@ -4,9 +4,10 @@ for on the H200, into the kernel cache (MLX_METILE_CACHE), so that a fresh GPU m
 forgets everything between sessions, does not spend its device time in nvcc.
 
 The patched random Llama (Llama-3.1-8B's block shapes, one layer: every layer asks for the same
-kernels) runs its decode, verify and prefill calls with the op's CUDA path taken up to the
-kernel binary (compiled by the real runtime) and the result of each call computed by the stock
-composition instead (no GPU here), so that patch's verification and the model run as on the GPU.
+kernels) takes the op's CUDA path up to the kernel binary (compiled by the real runtime); the
+launch returns zeros (no GPU here). patch's verification therefore declines every part, but only
+after trying each (its kernels, the f32 probes' included, compiled); the model is then patched
+without verification and runs the benchmarks' prefill, decode and verify calls at batch 1 and 8.
 A cached binary is found only where the source, arch and nvcc path match: set MLX_METILE_NVCC to
 the same path on both machines.
 
@@ -31,32 +32,25 @@ from mlx_metile.emu.toolchain import cache_root  # noqa: E402
 PROMPT, VERIFY = 24, 4  # as bench/test_bench_generate.py
 
 
-def _compile_then_compute(real_project):
-    def project(op, x, weights, biases, epilogue, residual, stream):
-        real_project(op, x, weights, biases, epilogue, residual, stream)  # plans, so compiles its kernel
-        ws, bs = ops.weight_lists(weights, biases)
-        return ops.fused_reference(x, ws, bs, epilogue, residual)
-
-    return project
-
-
 def main() -> int:
     ops._backend = lambda stream: "cuda"
     mx.fast.precompiled_cuda_kernel = lambda **kw: [
         mx.zeros(s, d) for s, d in zip(kw["output_shapes"], kw["output_dtypes"])
-    ]  # (never read: results come from the stock composition)
-    ops._project = _compile_then_compute(ops._project)
-    ops.planned = lambda *args: None  # every call through _project (Projection keeps no plan)
+    ]
+    ops.planned = lambda *args: None  # every call through ops._project (Projection keeps no plan)
     before = len(list(cache_root("cuda").iterdir()))
     t0 = time.perf_counter()
     for fmt in ("int4", "int8", "bf16"):
         model = random_llama(fmt, layers=1)
-        report = mt.patch(model, max_rows=4 if fmt == "bf16" else 32)  # patch's CUDA defaults
+        max_rows = 4 if fmt == "bf16" else 32  # patch's CUDA defaults
+        mt.patch(model, max_rows=max_rows, dense=True).restore()  # verification's kernels (its parts then declined)
+        report = mt.patch(model, max_rows=max_rows, dense=True, verify=False)
         assert report, str(report)
         for batch in (1, 8):
             prompt = mx.random.randint(0, 8192, (batch, PROMPT))
             cache = make_prompt_cache(model)
-            mx.eval(model(prompt, cache=cache))  # prefill
+            if batch * PROMPT <= max_rows:  # (a longer prefill runs stock MLX: no kernel, slow here)
+                mx.eval(model(prompt, cache=cache))
             mx.eval(model(prompt[:, -1:], cache=cache))  # decode
             mx.eval(model(prompt[:, -VERIFY:], cache=cache))  # verify
         print(f"{fmt}: {time.perf_counter() - t0:.0f} s", flush=True)

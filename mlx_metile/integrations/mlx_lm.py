@@ -131,7 +131,15 @@ def _walk(module: nn.Module, prefix: str = ""):
             yield from _walk(child, full + ".")
 
 
-def _discover(model: nn.Module, max_rows: int, declined: list) -> list[Part]:
+DENSE_DECLINED = "dense projection: stock MLX was faster on this backend (patch(dense=True) replaces it)"
+
+
+def _wanted(members: list, dense: bool) -> bool:
+    """Whether projections of these formats are to be replaced (dense ones only where `dense`)."""
+    return dense or all(isinstance(m, nn.QuantizedLinear) for m in members)
+
+
+def _discover(model: nn.Module, max_rows: int, declined: list, dense: bool = True) -> list[Part]:
     parts: list[Part] = []
     covered: set[int] = set()  # ids of projections taken by a fusion
     mlp_parts: dict[int, Part] = {}
@@ -142,7 +150,10 @@ def _discover(model: nn.Module, max_rows: int, declined: list) -> list[Part]:
         names = ("q_proj", "k_proj", "v_proj")
         if all(n in mod for n in names):
             members = [mod[n] for n in names]
-            if all(supported(m) for m in members) and len({_k(m) for m in members}) == 1:
+            if not _wanted(members, dense):
+                declined.append((path, "qkv", DENSE_DECLINED))
+                covered.update(id(m) for m in members)
+            elif all(supported(m) for m in members) and len({_k(m) for m in members}) == 1:
                 parts.append(_qkv_part(mod, path, members, max_rows))
                 covered.update(id(m) for m in members)
             else:
@@ -150,7 +161,10 @@ def _discover(model: nn.Module, max_rows: int, declined: list) -> list[Part]:
         names = ("gate_proj", "up_proj", "down_proj")
         if all(n in mod for n in names) and not isinstance(mod, nn.Linear):
             members = [mod[n] for n in names]
-            if all(supported(m) for m in members) and _k(members[0]) == _k(members[1]):
+            if not _wanted(members, dense):
+                declined.append((path, "mlp_swiglu", DENSE_DECLINED))
+                covered.update(id(m) for m in members)
+            elif all(supported(m) for m in members) and _k(members[0]) == _k(members[1]):
                 fused = FusedSwiGLU(mod, max_rows)
                 part = _replace_part(container, key, mod, fused, path, "mlp_swiglu")
                 part.probe = lambda mod=mod, fused=fused: _probe(mod, fused, mod["gate_proj"])
@@ -165,12 +179,17 @@ def _discover(model: nn.Module, max_rows: int, declined: list) -> list[Part]:
             if id(mlp) in mlp_parts:
                 parts.append(_block_part(mod, path, mlp_parts[id(mlp)]))
         if isinstance(mod, nn.Module) and isinstance(mod, (nn.Linear, nn.QuantizedLinear)) and id(mod) not in covered:
-            if supported(mod):
+            if not _wanted([mod], dense):
+                declined.append((path, "projection", DENSE_DECLINED))
+            elif supported(mod):
                 parts.append(_replace_part(container, key, mod, MetileProjection(mod, max_rows), path, "projection"))
             else:
                 declined.append((path, "projection", "unsupported weight format"))
         if isinstance(mod, (nn.Embedding, nn.QuantizedEmbedding)) and not hasattr(type(mod), "_metile_kind"):
-            parts.append(_tied_part(mod, path, max_rows))
+            if dense or isinstance(mod, nn.QuantizedEmbedding):
+                parts.append(_tied_part(mod, path, max_rows))
+            else:
+                declined.append((path, "tied_output", DENSE_DECLINED))
     return parts
 
 
@@ -303,10 +322,11 @@ def _model_dtype(model: nn.Module) -> mx.Dtype:
 def default_max_rows(model: nn.Module | None = None) -> int:
     """Rows up to which patched modules use mlx_metile kernels: 32 on the CPU and Metal
     paths. On MLX's CUDA backend 32 for models with quantized projections - end to end on
-    the H200 (8B-shaped Llama, int4, bench/results/h200-2026-11-30-session12-generate.md)
-    batch-8 decoding ran 4.2-4.6x and a 32-row verify 2.7x stock - and 4 otherwise: bf16
-    projections of 8-32 rows were not faster than stock MLX's cuBLAS there (0.73x on the
-    32-row verify)."""
+    the H200 (8B-shaped Llama, bench/results/h200-2026-11-30-session13-generate.md) batch-8
+    decoding ran 4.3-4.6x stock in int4 and 2.9-3.1x in int8, a 32-row verify 2.7x and 2.5x - and
+    4 otherwise (dense projections, replaced there only with patch(dense=True)): bf16
+    projections of 8-32 rows were not faster than stock MLX's cuBLAS (0.73x on the 32-row
+    verify, twelfth session)."""
     from ..ops import _gpu_backend
 
     on_gpu = mx.default_device().type == mx.DeviceType.gpu
@@ -316,8 +336,24 @@ def default_max_rows(model: nn.Module | None = None) -> int:
     return 32 if quantized else 4
 
 
+def default_dense() -> bool:
+    """Whether patch replaces dense (bf16/f16/f32) projections by default: not on MLX's CUDA
+    backend, where stock MLX's cuBLAS products were faster end to end on the H200 (8B-shaped
+    Llama in bf16, bench/results/h200-2026-11-30-session13-generate.md: batch-1 decoding
+    0.79-0.84x with them replaced; 0.68-0.87x in the twelfth session); everywhere else yes."""
+    from ..ops import _gpu_backend
+
+    return not (mx.default_device().type == mx.DeviceType.gpu and _gpu_backend() == "cuda")
+
+
 def patch(
-    model: nn.Module, *, verify: bool = True, tolerance: float = 0.0, max_rows: int | None = None, seed: int = 0
+    model: nn.Module,
+    *,
+    verify: bool = True,
+    tolerance: float = 0.0,
+    max_rows: int | None = None,
+    dense: bool | None = None,
+    seed: int = 0,
 ) -> PatchReport:
     """Swap the model's projections for mlx_metile's fused kernels.
 
@@ -332,6 +368,9 @@ def patch(
       of half-precision parameters use FIXED_FLOOR instead of that reference.
     max_rows: calls with more rows (long prefill) stay on stock MLX; None picks
       default_max_rows(model) for the default device and the model's formats.
+    dense: whether dense (bf16/f16/f32) projections are replaced too (quantized ones always
+      are); None picks default_dense() for the default device. Declined ones are listed in
+      the report with the reason.
     Returns a PatchReport (falsy when nothing was replaced) with .restore()."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: expected an mlx.nn.Module, got {type(model).__name__}")
@@ -341,9 +380,11 @@ def patch(
         max_rows = default_max_rows(model)
     if max_rows < 1:
         raise ValueError(f"max_rows: must be >= 1, got {max_rows}")
+    if dense is None:
+        dense = default_dense()
     report = PatchReport()
     if not verify:
-        parts = _discover(model, max_rows, report.declined)
+        parts = _discover(model, max_rows, report.declined, dense)
         for p in parts:
             p.on()
         report._parts = parts
@@ -353,7 +394,7 @@ def patch(
     before = synthetic_logits(model, seed)
     scale = float(mx.abs(before).max()) or 1.0
     truth = _float32_logits(model, seed)  # before discovery: it swaps arrays in and out
-    parts = _discover(model, max_rows, report.declined)
+    parts = _discover(model, max_rows, report.declined, dense)
     if truth is None:
         native_error = 0.0
         truth = before

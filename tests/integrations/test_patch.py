@@ -251,6 +251,29 @@ def test_default_max_rows_by_backend_and_format(monkeypatch):
     assert integration.default_max_rows() == 4
 
 
+def test_dense_projections_stay_stock_on_cuda_unless_asked(monkeypatch):
+    """On MLX's CUDA backend patch leaves dense projections to stock MLX by default (listing
+    each declined group with the reason) and replaces them with dense=True; quantized models
+    are patched as before; elsewhere dense projections are replaced by default."""
+    from mlx_metile import ops
+    from mlx_metile.integrations import mlx_lm as integration
+
+    assert integration.default_dense()
+    monkeypatch.setattr(mx, "default_device", lambda: mx.Device(mx.DeviceType.gpu))
+    monkeypatch.setattr(ops, "_gpu_backend", lambda: "cuda")
+    assert not integration.default_dense()
+    dense = make("llama", "bfloat16")
+    report = mt.patch(dense, verify=False)
+    assert not report and not report.replaced
+    reasons = {kind: why for _, kind, why in report.declined}
+    assert {"qkv", "mlp_swiglu", "projection"} <= set(reasons), report.declined
+    assert all(why == integration.DENSE_DECLINED for why in reasons.values())
+    report = mt.patch(make("llama", "bfloat16"), verify=False, dense=True)
+    assert {"qkv", "mlp_swiglu", "residual"} <= {kind for _, kind in report.replaced}
+    report = mt.patch(make("llama", "q4g64"), verify=False)
+    assert {"qkv", "mlp_swiglu", "residual"} <= {kind for _, kind in report.replaced}
+
+
 def test_a_failed_attention_leaves_no_residual_pending(monkeypatch):
     """The residual handed to o_proj for one block call must not reach a later o_proj call when
     the attention raises before using it."""
