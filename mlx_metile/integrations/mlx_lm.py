@@ -382,6 +382,8 @@ def patch(
         raise ValueError(f"max_rows: must be >= 1, got {max_rows}")
     if dense is None:
         dense = default_dense()
+    elif not isinstance(dense, bool):
+        raise TypeError(f"dense: expected True, False or None, got {dense!r}")
     report = PatchReport()
     if not verify:
         parts = _discover(model, max_rows, report.declined, dense)

@@ -272,6 +272,8 @@ def test_dense_projections_stay_stock_on_cuda_unless_asked(monkeypatch):
     assert {"qkv", "mlp_swiglu", "residual"} <= {kind for _, kind in report.replaced}
     report = mt.patch(make("llama", "q4g64"), verify=False)
     assert {"qkv", "mlp_swiglu", "residual"} <= {kind for _, kind in report.replaced}
+    with pytest.raises(TypeError, match="dense: expected True, False or None"):
+        mt.patch(make("llama", "bfloat16"), dense="no")
 
 
 def test_a_failed_attention_leaves_no_residual_pending(monkeypatch):
