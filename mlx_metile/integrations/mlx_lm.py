@@ -323,7 +323,7 @@ def default_max_rows(model: nn.Module | None = None) -> int:
     """Rows up to which patched modules use mlx_metile kernels: 32 on the CPU and Metal
     paths. On MLX's CUDA backend 32 for models with quantized projections - end to end on
     the H200 (8B-shaped Llama, bench/results/h200-2026-11-30-session13-generate.md) batch-8
-    decoding ran 4.3-4.6x stock in int4 and 2.9-3.1x in int8, a 32-row verify 2.7x and 2.5x - and
+    decoding ran 3.6-4.6x stock in int4 and 2.5-3.1x in int8, a 32-row verify 2.6-2.7x and 2.4-2.5x - and
     4 otherwise (dense projections, replaced there only with patch(dense=True)): bf16
     projections of 8-32 rows were not faster than stock MLX's cuBLAS (0.73x on the 32-row
     verify, twelfth session)."""
