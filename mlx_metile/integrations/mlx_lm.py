@@ -327,10 +327,7 @@ def default_max_rows(model: nn.Module | None = None) -> int:
     4 otherwise (dense projections, replaced there only with patch(dense=True)): bf16
     projections of 8-32 rows were not faster than stock MLX's cuBLAS (0.73x on the 32-row
     verify, twelfth session)."""
-    from ..ops import _gpu_backend
-
-    on_gpu = mx.default_device().type == mx.DeviceType.gpu
-    if not (on_gpu and _gpu_backend() == "cuda"):
+    if not _default_device_is_cuda():
         return 32
     quantized = model is not None and any(isinstance(m, nn.QuantizedLinear) for _, _, m, _ in _walk(model))
     return 32 if quantized else 4
@@ -341,9 +338,14 @@ def default_dense() -> bool:
     backend, where stock MLX's cuBLAS products were faster end to end on the H200 (8B-shaped
     Llama in bf16, bench/results/h200-2026-11-30-session13-generate.md: batch-1 decoding
     0.79-0.84x with them replaced; 0.68-0.87x in the twelfth session); everywhere else yes."""
+    return not _default_device_is_cuda()
+
+
+def _default_device_is_cuda() -> bool:
+    """Whether the default device is a GPU of MLX's CUDA backend."""
     from ..ops import _gpu_backend
 
-    return not (mx.default_device().type == mx.DeviceType.gpu and _gpu_backend() == "cuda")
+    return mx.default_device().type == mx.DeviceType.gpu and _gpu_backend() == "cuda"
 
 
 def patch(

@@ -134,12 +134,19 @@ def test_wrong_replacement_is_declined(monkeypatch):
             self.gate_proj, self.up_proj = self.up_proj, self.gate_proj
 
     monkeypatch.setattr(FusedSwiGLU, "__call__", wrong)
+    _assert_declined_per_layer("mlp", "mlp_swiglu", kept=("model.layers.0.self_attn", "qkv"))
+
+
+def _assert_declined_per_layer(module: str, kind: str, kept: tuple[str, str]) -> None:
+    """Patching a 2-layer float32 Llama declines `kind` at model.layers.{0,1}[.module], keeps
+    `kept`, and leaves the model's logits as they were (to 1e-4 of their scale)."""
     model = make("llama", "float32")
     before = logits(model)
     report = mt.patch(model)
     declined = {(p, k) for p, k, _ in report.declined}
-    assert ("model.layers.0.mlp", "mlp_swiglu") in declined and ("model.layers.1.mlp", "mlp_swiglu") in declined
-    assert ("model.layers.0.self_attn", "qkv") in set(report.replaced)
+    suffix = f".{module}" if module else ""
+    assert (f"model.layers.0{suffix}", kind) in declined and (f"model.layers.1{suffix}", kind) in declined
+    assert kept in set(report.replaced)
     np.testing.assert_allclose(logits(model), before, rtol=0, atol=1e-4 * np.abs(before).max())
 
 
@@ -151,13 +158,7 @@ def test_a_block_whose_attention_changes_its_output_projection_result_is_decline
 
     original = llama.Attention.__call__
     monkeypatch.setattr(llama.Attention, "__call__", lambda self, *a, **k: original(self, *a, **k) * 0.5)
-    model = make("llama", "float32")
-    before = logits(model)
-    report = mt.patch(model)
-    declined = {(p, k) for p, k, _ in report.declined}
-    assert ("model.layers.0", "residual") in declined and ("model.layers.1", "residual") in declined
-    assert ("model.layers.0.mlp", "mlp_swiglu") in set(report.replaced)
-    np.testing.assert_allclose(logits(model), before, rtol=0, atol=1e-4 * np.abs(before).max())
+    _assert_declined_per_layer("", "residual", kept=("model.layers.0.mlp", "mlp_swiglu"))
 
 
 def test_patching_twice_is_harmless_and_models_are_independent():
