@@ -179,6 +179,24 @@ for fmt in ("q4g64", "q8g64", "q4g128", "q8g128"):
         SUITE_LATE[f"{fmt}_{k}x{n}_late"] = ([*args, "--rows", "1,8,16,32"], LATE)
 for fmt in ("q4g64", "q8g64"):
     SUITE_LATE[f"{fmt}_gateup_fused_late"] = (["--format", fmt, "--pool", "4", "--rows", "1,8,16,32"], LATE)
+# Session 14. s14-xshare: at 16-32 rows, the shared-x kernel (lower_mma_xshare: C warps per block
+# each owning its columns over all of K, x staged once per block in shared memory; bit-identical to
+# the K-split kernel) with 2, 4 or 8 warps, 2-4 stages, 2 tiles per warp, and register caps.
+XSHARE = [
+    "default=",
+    f"xs2={E}XSHARE=2",
+    f"xs4={E}XSHARE=4",
+    f"xs8={E}XSHARE=8",
+    f"xs4s2={E}XSHARE=4;{E}STAGES=2",
+    f"xs4s4={E}XSHARE=4;{E}STAGES=4",
+    f"xs4t2={E}XSHARE=4;{E}TILES=2",
+    f"xs4mb3={E}XSHARE=4;{E}MINBLOCKS=3",
+    f"xs2mb4={E}XSHARE=2;{E}MINBLOCKS=4",
+]
+SUITE_XSHARE = {}
+for fmt in ("q4g64", "q8g64", "q4g128"):
+    SUITE_XSHARE[f"{fmt}_gateup_fused_xshare"] = (["--format", fmt, "--pool", "4", "--rows", "16,32"], XSHARE)
+    SUITE_XSHARE[f"{fmt}_4096x14336_xshare"] = ([*shape(fmt, 4096, 14336, 8), "--rows", "16,32"], XSHARE)
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -189,6 +207,7 @@ SUITES = {
     "s11-rowblocks": SUITE_ROWBLOCKS,
     "s11-waves": SUITE_WAVES,
     "s11-late": SUITE_LATE,
+    "s14-xshare": SUITE_XSHARE,
 }
 
 

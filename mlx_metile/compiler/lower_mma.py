@@ -91,6 +91,7 @@ ALLOWED = {
     "interleave": (0, 1),
     "swizzle": (0, 1),
     "late": (0, 1, 2),
+    "xshare": (0, 2, 4, 8),  # lower_mma_xshare: warps per block sharing x, at 16-32 rows
 }
 SPLIT_ALIGN = 4  # chunks: each warp's range starts at a multiple of this where K allows
 
@@ -277,10 +278,11 @@ class MMALowering(_Lowering):
         self.batch = mma_setting("batch", schedule.BM)
         self.wide = wide(spec)
         self.q8_split = q8_split(spec)
-        self.tiles = schedule.BN // TILE
+        # 16-column tiles per K-range warp group; with xshare (lower_mma_xshare) per warp
+        self.tiles = schedule.BN // TILE // (schedule.SG if schedule.xshare else 1)
         # K ranges (the sum order) and how many each warp takes, one after the other
         self.splits = schedule.splits or schedule.SG
-        self.per_warp = self.splits // schedule.SG
+        self.per_warp = 1 if schedule.xshare else self.splits // schedule.SG
         self.rt = schedule.BM // 8  # row tiles of 8
         self.ck = chunk_k(spec)
         self.quarter = self.ck // 4  # k per lane per chunk
@@ -315,7 +317,7 @@ class MMALowering(_Lowering):
         for tile in range(self.tiles):
             for h in "ab":
                 col = f"n{tile}{h}"
-                lines.append(f"const int {col} = pid0 * {self.s.BN} + {TILE * tile} + g{' + 8' if h == 'b' else ''};")
+                lines.append(f"const int {col} = {self.col_base()} + {TILE * tile} + g{' + 8' if h == 'b' else ''};")
         seen: set[tuple[int, int, str]] = set()
         for j in range(nacc):
             members = self.members(j)
@@ -334,6 +336,10 @@ class MMALowering(_Lowering):
                             lines.append(f"const bool ok{tile}{h}_{i} = {col}_{i} >= 0 && {col}_{i} < N{i};")
                         base = f"{base} + N{i}"
         return lines
+
+    def col_base(self) -> str:
+        """The first output column of this lane's tiles (a C expression)."""
+        return f"pid0 * {self.s.BN}"
 
     def select(self, j: int, tile: int, h: str, addr, live: str | None) -> tuple[str, str]:
         """(condition, address) of a load from the member weight this lane's
@@ -666,5 +672,9 @@ def lower_mma(program, schedule, divisors, vector_buffers, spec: ProjectionSpec)
         raise LowerError(f"{program.name}: not supported by the mma schedule")
     from .lower_mma_staged import StagedMMALowering, staged
 
+    if schedule.xshare:
+        from .lower_mma_xshare import SharedXLowering
+
+        return SharedXLowering(program, schedule, divisors, vector_buffers, spec).lower()
     cls = StagedMMALowering if staged(spec, schedule) else MMALowering
     return cls(program, schedule, divisors, vector_buffers, spec).lower()

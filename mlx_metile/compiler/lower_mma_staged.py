@@ -322,7 +322,7 @@ class StagedMMALowering(MMALowering):
         self.biases_at = self.scales_at + self.nrows * self.scale_bytes
         self.slot = slot_bytes(spec, self.tiles)
         self.stages = ring_stages(spec, schedule.SG, self.tiles, schedule.BM)
-        if self.stages < 2:
+        if self.stages < 2 and not schedule.xshare:  # (shared x sizes its own rings)
             raise LowerError(f"{program.name}: the staged rings of {self.tiles} tiles do not fit 2 stages")
         self.pieces = self.nrows * self.row_bytes // 16 // 32  # 16-byte copies per lane per stage
         self.scale_passes = -(-self.nrows // 32)  # warp-wide passes copying a stage's scales
@@ -426,7 +426,7 @@ class StagedMMALowering(MMALowering):
                 f"const int cwd = (lane / {per_row}) * {self.stride} + (lane % {per_row}) * 16;",
             ]
             for j in range(nacc):
-                m, col = self.members(j)[0], f"pid0 * {self.s.BN} + lane / {per_row}"
+                m, col = self.members(j)[0], f"{self.col_base()} + lane / {per_row}"
                 lines += [  # columns left from the lane's first; the base may lie past the end
                     f"const int cwn{j} = N{m} - ({col});",
                     f"const char* const cwb{j} = reinterpret_cast<const char*>(w{m}) + (size_t)({col}) * cw_row + (lane % {per_row}) * 16;",
@@ -434,7 +434,7 @@ class StagedMMALowering(MMALowering):
         for i in range(0 if strided else self.pieces):  # else a pointer, flag and offset per piece
             first = i * rows_per_copy  # the piece's rows lie in one 16-row band: (accumulator, tile)
             j, tile = divmod(first // TILE, self.tiles)
-            col = f"(pid0 * {self.s.BN} + {TILE * tile + first % TILE} + lane / {per_row})"
+            col = f"({self.col_base()} + {TILE * tile + first % TILE} + lane / {per_row})"
 
             def weight(m, local):
                 return f"reinterpret_cast<const char*>(w{m}) + (size_t){local} * {row_bytes} + (lane % {per_row}) * 16"
@@ -464,7 +464,7 @@ class StagedMMALowering(MMALowering):
             for band in range(2 * pas, min(2 * pas + 2, self.nrows // TILE)):  # 16-row bands of this pass
                 j, tile = divmod(band, self.tiles)
                 lo = TILE * band - 32 * pas
-                col = f"(pid0 * {self.s.BN} + {TILE * tile} + lane - {lo})"
+                col = f"({self.col_base()} + {TILE * tile} + lane - {lo})"
                 lines.append(f"if (lane >= {lo} && lane < {lo + TILE}) {{")
                 for name, var in (("scales", "cs"), ("biases", "cz")):
                     lines.append("  {")
