@@ -197,6 +197,20 @@ SUITE_XSHARE = {}
 for fmt in ("q4g64", "q8g64", "q4g128"):
     SUITE_XSHARE[f"{fmt}_gateup_fused_xshare"] = (["--format", fmt, "--pool", "4", "--rows", "16,32"], XSHARE)
     SUITE_XSHARE[f"{fmt}_4096x14336_xshare"] = ([*shape(fmt, 4096, 14336, 8), "--rows", "16,32"], XSHARE)
+# s14-xshare2: two stages and two tiles per warp (the x sums and x pairs, which every warp
+# computes, then serve 32 columns), the first call's best (xs4s2) again.
+XSHARE2 = [
+    "default=",
+    f"xs4s2={E}XSHARE=4;{E}STAGES=2",
+    f"xs2t2={E}XSHARE=2;{E}TILES=2",
+    f"xs2t2s2={E}XSHARE=2;{E}TILES=2;{E}STAGES=2",
+    f"xs4t2s2={E}XSHARE=4;{E}TILES=2;{E}STAGES=2",
+    f"xs8s2={E}XSHARE=8;{E}STAGES=2",
+]
+SUITE_XSHARE2 = {}
+for fmt in ("q4g64", "q8g64", "q4g128", "q8g128"):
+    SUITE_XSHARE2[f"{fmt}_gateup_fused_xshare2"] = (["--format", fmt, "--pool", "4", "--rows", "16,32"], XSHARE2)
+    SUITE_XSHARE2[f"{fmt}_4096x14336_xshare2"] = ([*shape(fmt, 4096, 14336, 8), "--rows", "16,32"], XSHARE2)
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -208,6 +222,7 @@ SUITES = {
     "s11-waves": SUITE_WAVES,
     "s11-late": SUITE_LATE,
     "s14-xshare": SUITE_XSHARE,
+    "s14-xshare2": SUITE_XSHARE2,
 }
 
 

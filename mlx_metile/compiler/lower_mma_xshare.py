@@ -1,10 +1,11 @@
-"""The staged `mma` schedule with x shared by a block's warps (CUDA, 16-32 rows; opt-in while
-it is measured: MLX_METILE_CUDA_MMA_XSHARE=C, C = 2, 4 or 8 warps per block).
+"""The staged `mma` schedule with x shared by a block's warps (CUDA, 16-32 rows): by default
+only for the SwiGLU gate/up of 4-bit weights at 32 rows; MLX_METILE_CUDA_MMA_XSHARE=C (2, 4 or 8
+warps per block; 0 off) for any wide product at 16-32 rows.
 
 In the K-split kernel (lower_mma_staged) every warp of a block takes its own K range of the
 block's columns, so each warp loads its own x - 16-32 rows of it per chunk, from global memory,
-into registers held through a stage (64 of a lane's registers at 16 rows; 178 in all, 2 blocks
-per SM on the H200) - and x is read once per 32 columns. Here each of the C warps owns its own
+into registers held through a stage (64 of a lane's registers for a 4-bit product at 16 rows;
+178 in all, 2 blocks per SM on the H200) - and x is read once per block of 16-32 columns. Here each of the C warps owns its own
 T 16-column tiles over the whole of K, the block copies each stage of x once into shared memory
 (cp.async, beside the warps' weight rings, one barrier a stage), and the warps read a chunk's x
 from there just before its math: x is read from global memory once per C x 16 T columns, its
@@ -24,18 +25,31 @@ from ..codegen.ast import KernelDef, Raw
 from ..spec import ProjectionSpec
 from .lower import LowerError, _Scope
 from .lower_mma import SMEM_LIMIT, TILE, mma_override, mma_setting
-from .lower_mma_staged import SM_SHARED, TILES, StagedMMALowering, stageable
+from .lower_mma_staged import SM_SHARED, TILES, StagedMMALowering, interleaved, stageable
 from .poly import Poly
 
 MIN_ROWS = 16  # row buckets that may share x (below, x is a few registers a chunk)
-STAGES = 3  # stages of the rings (x and weights) by default; MLX_METILE_CUDA_MMA_STAGES overrides
+STAGES = 2  # stages of the rings (x and weights) by default; MLX_METILE_CUDA_MMA_STAGES overrides
+# The default: 4 warps, 2 stages, for the SwiGLU gate/up of 4-bit weights at 32 rows. H200, kernel
+# alone (bench/results/h200-ab-2026-11-30-session14.json, two calls): 1.12x / 1.12x (group 64) and
+# 1.14x / 1.09x (group 128) on 4096 -> 2 x 14336 at 32 rows; at 16 rows, for single products and
+# for 8-bit weights 0.63-1.05x over every setting tried, so not there.
+DEFAULT_WARPS = 4
+DEFAULT_ROWS = 32
+
+
+def xshare_default(spec: ProjectionSpec, rows_bucket: int) -> bool:
+    w = spec.weights[0]
+    return rows_bucket == DEFAULT_ROWS and spec.epilogue == "swiglu" and w.quantized and w.bits == 4
 
 
 def xshare_warps(spec: ProjectionSpec, layout: int, rows_bucket: int) -> int:
     """Warps per block of the shared-x kernel, or 0 for the K-split one: MLX_METILE_CUDA_MMA_XSHARE
-    (unset or 0: off) at MIN_ROWS rows or more, for wide products (the TILES layout) on the
-    staged ring."""
-    value = mma_override("xshare") or 0
+    (0: off), else DEFAULT_WARPS where xshare_default holds; only at MIN_ROWS rows or more, for
+    wide products (the TILES layout) on the staged ring."""
+    value = mma_override("xshare")
+    if value is None:  # (interleaved K stages are a sum order these warps cannot walk)
+        value = DEFAULT_WARPS if xshare_default(spec, rows_bucket) and not interleaved() else 0
     if not value or rows_bucket < MIN_ROWS or layout != TILES or not stageable(spec):
         return 0
     return value

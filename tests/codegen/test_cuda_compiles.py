@@ -172,12 +172,13 @@ def test_wide_mma_chunks_compile(fresh_kernels, monkeypatch):
 
 
 def k_split(art) -> tuple:
-    """What a tensor-core kernel's K split is made of: its warps and the lines giving
-    each warp's range of chunks (part of every row's sum order)."""
-    lines = [ln.strip() for ln in art.source.splitlines()]
+    """What a tensor-core kernel's K split is made of: its K ranges and the lines giving
+    their chunks (part of every row's sum order; the shared-x kernel, whose warps walk
+    every range, names a range's length per_range)."""
+    lines = [ln.strip().replace("per_range", "per_warp") for ln in art.source.splitlines()]
     split = tuple(ln for ln in lines if ln.startswith(("const int chunks", "const int per_warp")))
     assert len(split) == 2, art.entry
-    return (art.schedule.SG, *split)
+    return (art.schedule.splits or art.schedule.SG, *split)
 
 
 @pytest.mark.parametrize(

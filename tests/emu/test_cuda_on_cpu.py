@@ -408,3 +408,50 @@ def test_concatenated_outputs_of_unequal_widths_match_float64_and_are_row_invari
     assert [y.shape for y in got] == [(9, 40), (9, 16), (9, 24)]
     case.check(got, 9, "q/k/v of unequal widths")
     assert all(np.array_equal(y[:1], y1) for y, y1 in zip(got, alone))
+
+
+XSHARE = [  # (spec, K, N, bucket, warps; None: the default): K = 1280 holds 20 groups, K ranges 8, 8, 4, 0
+    (ProjectionSpec("bf16", (q4,), k_multiple=256), 1280, 80, 16, "4"),
+    (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), 1280, 40, 32, None),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),), k_multiple=256), 1024, 48, 32, "2"),
+    (ProjectionSpec("f16", (WeightFormat("f16", 4, 128),), k_multiple=256), 1024, 48, 16, "8"),  # sector layout
+    (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 512, 48, 32, "4"),  # dense: 8 K ranges
+]
+
+
+@pytest.mark.parametrize("spec,K,N,bucket,warps", XSHARE, ids=[f"{c[0].name()}-{c[3]}-{c[4]}" for c in XSHARE])
+def test_shared_x_gives_the_bits_of_the_k_split_kernel(monkeypatch, spec, K, N, bucket, warps):
+    """Warps that own their columns over all of K, x staged once per block (lower_mma_xshare),
+    fold the K ranges in the K-split kernel's order: every output bit equals that kernel's (an
+    empty K range, a partial block of columns and rows past M included), and row 0 equals row 0
+    computed alone by the 8-row kernel."""
+    if warps:
+        monkeypatch.setenv("MLX_METILE_CUDA_MMA_XSHARE", warps)
+        compile_projection.cache_clear()
+    assert compile_projection(spec, bucket, "cuda", 0).schedule.xshare == int(warps or 4)
+    case = Case(spec, K, N, rows=bucket)
+    rows = bucket - 3
+    shared = case.run(bucket, rows, 0)
+    case.check(shared, rows, f"{spec.name()} shared x rows={rows}")
+    alone = case.run(8, 1, 0)
+    assert all(np.array_equal(y[:1], y1) for y, y1 in zip(shared, alone)), f"{spec.name()}: row 0 differs"
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_XSHARE", "0")
+    compile_projection.cache_clear()
+    assert compile_projection(spec, bucket, "cuda", 0).schedule.xshare == 0
+    split = case.run(bucket, rows, 0)
+    assert all(np.array_equal(a, b) for a, b in zip(shared, split)), f"{spec.name()}: shared x changed bits"
+
+
+def test_shared_x_is_the_default_only_for_the_4_bit_gate_up_at_32_rows():
+    """Where the H200 measured it faster (lower_mma_xshare.xshare_default)."""
+    gate_up = ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256)
+    single = ProjectionSpec("bf16", (q4,), k_multiple=256)
+    q8 = WeightFormat("bf16", 8, 64)
+    assert compile_projection(gate_up, 32, "cuda", 0).schedule.xshare == 4
+    assert compile_projection(gate_up, 16, "cuda", 0).schedule.xshare == 0
+    assert compile_projection(gate_up, 32, "cuda", 1).schedule.xshare == 0  # narrow: the one-tile layout
+    assert compile_projection(single, 32, "cuda", 0).schedule.xshare == 0
+    assert (
+        compile_projection(ProjectionSpec("bf16", (q8, q8), "swiglu", k_multiple=256), 32, "cuda", 0).schedule.xshare
+        == 0
+    )
