@@ -223,14 +223,9 @@ def _quantized_fusions(arr, check, results, quick: bool) -> None:
                 alone = [np.array(fn(x[r : r + 1], res[r : r + 1]).astype(mx.float32)) for r in range(32)]
                 for rows in (1, 5, 8, 17, 32):
                     xr = f64(x[:rows])
-                    zg, zu = xr @ dg.T, xr @ du.T
+                    zg = xr @ dg.T
                     if name == "swiglu":
-                        # f32 accumulation error of gate and up, carried through silu(g) * u
-                        acc_g = (K + 2) * 2.0**-24 * (np.abs(xr) @ np.abs(dg).T)
-                        acc_u = (K + 2) * 2.0**-24 * (np.abs(xr) @ np.abs(du).T)
-                        silu = zg / (1 + np.exp(-zg))
-                        exact = silu * zu
-                        slack = 1.1 * np.abs(zu) * acc_g + np.abs(silu) * acc_u + 2.0**-20 * np.abs(exact)
+                        exact, slack = _swiglu_reference(xr, dg, du)
                     elif name == "residual":
                         exact, slack = zg + f64(res[:rows]), 0.0
                     else:
@@ -240,6 +235,41 @@ def _quantized_fusions(arr, check, results, quick: bool) -> None:
                     y = fn(x[:rows], res[:rows])
                     check(f"{name} int{bits} g{group} {dtype} rows={rows}", y, exact, xr, dg, dtype, slack=slack)
                     _invariance(results, f"{name} int{bits} g{group} {dtype}", _rows_differing(y, alone), rows)
+
+
+def _swiglu_reference(xr, dg, du):
+    """silu(x dg^T) * (x du^T) in float64, and its slack: the f32 accumulation error of gate
+    and up, carried through silu(g) * u."""
+    K = xr.shape[1]
+    zg, zu = xr @ dg.T, xr @ du.T
+    acc_g = (K + 2) * 2.0**-24 * (np.abs(xr) @ np.abs(dg).T)
+    acc_u = (K + 2) * 2.0**-24 * (np.abs(xr) @ np.abs(du).T)
+    silu = zg / (1 + np.exp(-zg))
+    exact = silu * zu
+    return exact, 1.1 * np.abs(zu) * acc_g + np.abs(silu) * acc_u + 2.0**-20 * np.abs(exact)
+
+
+def _wide_swiglu(arr, check, results) -> None:
+    """The 4-bit SwiGLU gate/up over an output wide and deep enough for the several-tile
+    layout, whose 32-row kernel shares x between warps (lower_mma_xshare): against float64,
+    and row by row against rows alone (the 8-row kernel's K split)."""
+    from mlx_metile.compiler.lower_mma_staged import NARROW_COLUMNS, SHORT_K
+
+    K, N = SHORT_K, NARROW_COLUMNS + 16  # the several-tile layout, and a partial block of columns
+    for group in (64, 128):
+        x = arr((32, K), mx.bfloat16)
+        qg, qu = (mx.quantize(arr((N, K), mx.bfloat16, 0.05), group_size=group, bits=4) for _ in range(2))
+        wg, wu = (mt.QuantizedWeight(*q, group, 4) for q in (qg, qu))
+        dg, du = (dequantize_exact(*q, group, 4) for q in (qg, qu))
+        alone = [
+            np.array(mt.fused_linear(x[r : r + 1], [wg, wu], epilogue="swiglu").astype(mx.float32)) for r in range(32)
+        ]
+        for rows in (17, 32):
+            xr = f64(x[:rows])
+            exact, slack = _swiglu_reference(xr, dg, du)
+            y = mt.fused_linear(x[:rows], [wg, wu], epilogue="swiglu")
+            check(f"swiglu wide int4 g{group} rows={rows}", y, exact, xr, dg, mx.bfloat16, slack=slack)
+            _invariance(results, f"swiglu wide int4 g{group}", _rows_differing(y, alone), rows)
 
 
 def gradients_check() -> dict:
@@ -346,6 +376,7 @@ def _correctness(quick: bool) -> dict:
     _wide_outputs(arr, check, results)
     _narrow_deep_outputs(arr, check, results)
     _quantized_fusions(arr, check, results, quick)
+    _wide_swiglu(arr, check, results)
     # fused variants, bf16
     dtype = mx.bfloat16
     K = 512
