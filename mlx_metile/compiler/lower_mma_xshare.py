@@ -35,6 +35,7 @@ STAGES = 2  # stages of the rings (x and weights) by default; MLX_METILE_CUDA_MM
 # 1.14x / 1.09x (group 128) on 4096 -> 2 x 14336 at 32 rows; at 16 rows, for single products and
 # for 8-bit weights 0.63-1.05x over every setting tried, so not there.
 DEFAULT_WARPS = 4
+MAX_DYNAMIC_SHARED = 227 * 1024  # what sm_90 gives one block
 DEFAULT_ROWS = 32
 
 
@@ -142,6 +143,11 @@ class SharedXLowering(StagedMMALowering):
         self.use_helper("cuda_cp_async")
         s, stages, groups = self.s, self.stages, self.groups
         ring_bytes = self.ring_bytes = s.SG * stages * self.slot + stages * self.x_slot
+        if ring_bytes > MAX_DYNAMIC_SHARED:
+            raise LowerError(
+                f"{self.p.name}: shared x with {s.SG} warps, {self.tiles} tiles and {stages} stages needs "
+                f"{ring_bytes} bytes of shared memory, over the {MAX_DYNAMIC_SHARED} a block may have"
+            )
         if ring_bytes > SMEM_LIMIT:  # over what a kernel may declare: sized at launch (see lower)
             ring = "extern __shared__ __align__(16) unsigned char metile_ring[];"
         else:

@@ -11,6 +11,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from mlx_metile.compiler.lower import LowerError
 from mlx_metile.emu import cuda_host
 from mlx_metile.reference import dequantize_exact
 from mlx_metile.runtime import compile_projection
@@ -416,6 +417,7 @@ XSHARE = [  # (spec, K, N, bucket, warps; None: the default): K = 1280 holds 20 
     (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),), k_multiple=256), 1024, 48, 32, "2"),
     (ProjectionSpec("f16", (WeightFormat("f16", 4, 128),), k_multiple=256), 1024, 48, 16, "8"),  # sector layout
     (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 512, 48, 32, "4"),  # dense: 8 K ranges
+    (ProjectionSpec("bf16", (q4,) * 3, k_multiple=256), 512, (40, 24, 24), 16, "2"),  # q/k/v in one accumulator
 ]
 
 
@@ -451,7 +453,13 @@ def test_shared_x_is_the_default_only_for_the_4_bit_gate_up_at_32_rows():
     assert compile_projection(gate_up, 16, "cuda", 0).schedule.xshare == 0
     assert compile_projection(gate_up, 32, "cuda", 1).schedule.xshare == 0  # narrow: the one-tile layout
     assert compile_projection(single, 32, "cuda", 0).schedule.xshare == 0
-    assert (
-        compile_projection(ProjectionSpec("bf16", (q8, q8), "swiglu", k_multiple=256), 32, "cuda", 0).schedule.xshare
-        == 0
-    )
+    gate_up_q8 = ProjectionSpec("bf16", (q8, q8), "swiglu", k_multiple=256)
+    assert compile_projection(gate_up_q8, 32, "cuda", 0).schedule.xshare == 0
+
+
+def test_shared_x_over_the_shared_memory_of_a_block_is_refused(monkeypatch):
+    """Settings whose rings would not fit one block's shared memory fail at compile time, by name."""
+    for name, value in (("XSHARE", "8"), ("TILES", "4"), ("STAGES", "8")):
+        monkeypatch.setenv(f"MLX_METILE_CUDA_MMA_{name}", value)
+    with pytest.raises(LowerError, match="shared memory"):
+        compile_projection(ProjectionSpec("bf16", (q4,), k_multiple=256), 16, "cuda", 0)
