@@ -211,23 +211,6 @@ SUITE_XSHARE2 = {}
 for fmt in ("q4g64", "q8g64", "q4g128", "q8g128"):
     SUITE_XSHARE2[f"{fmt}_gateup_fused_xshare2"] = (["--format", fmt, "--pool", "4", "--rows", "16,32"], XSHARE2)
     SUITE_XSHARE2[f"{fmt}_4096x14336_xshare2"] = ([*shape(fmt, 4096, 14336, 8), "--rows", "16,32"], XSHARE2)
-# s14-xgroups: shared x in K groups (XGROUPS=R: R groups of C warps, each group its K ranges and
-# its own x ring; as many warps as the K-split kernel has, with fewer registers).
-XGROUPS = [
-    "default=",
-    f"xs2g2={E}XSHARE=2;{E}XGROUPS=2",
-    f"xs2g4={E}XSHARE=2;{E}XGROUPS=4",
-    f"xs4g2={E}XSHARE=4;{E}XGROUPS=2",
-    f"xs2g2t2={E}XSHARE=2;{E}XGROUPS=2;{E}TILES=2",
-    f"xs4={E}XSHARE=4",
-]
-SUITE_XGROUPS = {}
-for fmt in ("q4g64", "q8g64", "q4g128"):
-    # (the gate/up's 8 warps of 4 K groups would need 236 KB of shared memory at 32 rows)
-    fused = [v for v in XGROUPS if not v.startswith("xs2g4")]
-    SUITE_XGROUPS[f"{fmt}_gateup_fused_xgroups"] = (["--format", fmt, "--pool", "4", "--rows", "16,32"], fused)
-    SUITE_XGROUPS[f"{fmt}_4096x14336_xgroups"] = ([*shape(fmt, 4096, 14336, 8), "--rows", "16,32"], XGROUPS)
-SUITE_XGROUPS["bf16_4096x14336_xgroups"] = ([*shape("bf16", 4096, 14336, 4), "--rows", "16,32"], XGROUPS)
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -240,7 +223,6 @@ SUITES = {
     "s11-late": SUITE_LATE,
     "s14-xshare": SUITE_XSHARE,
     "s14-xshare2": SUITE_XSHARE2,
-    "s14-xgroups": SUITE_XGROUPS,
 }
 
 

@@ -91,8 +91,7 @@ ALLOWED = {
     "interleave": (0, 1),
     "swizzle": (0, 1),
     "late": (0, 1, 2),
-    "xshare": (0, 2, 4, 8),  # lower_mma_xshare: warps per K group sharing x, at 16-32 rows
-    "xgroups": (1, 2, 4),  # lower_mma_xshare: K groups per block
+    "xshare": (0, 2, 4, 8),  # lower_mma_xshare: warps per block sharing x, at 16-32 rows
 }
 SPLIT_ALIGN = 4  # chunks: each warp's range starts at a multiple of this where K allows
 
@@ -280,7 +279,7 @@ class MMALowering(_Lowering):
         self.wide = wide(spec)
         self.q8_split = q8_split(spec)
         # 16-column tiles per K-range warp group; with xshare (lower_mma_xshare) per warp
-        self.tiles = schedule.BN // TILE // (schedule.xshare or 1)
+        self.tiles = schedule.BN // TILE // (schedule.SG if schedule.xshare else 1)
         # K ranges (the sum order) and how many each warp takes, one after the other
         self.splits = schedule.splits or schedule.SG
         self.per_warp = 1 if schedule.xshare else self.splits // schedule.SG

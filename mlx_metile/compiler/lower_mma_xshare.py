@@ -21,7 +21,7 @@ outputs equal the K-split kernel's (tests/emu/test_cuda_on_cpu.py).
 
 from __future__ import annotations
 
-from ..codegen.ast import If, KernelDef, Raw
+from ..codegen.ast import KernelDef, Raw
 from ..spec import ProjectionSpec
 from .lower import LowerError, _Scope
 from .lower_mma import SMEM_LIMIT, TILE, mma_override, mma_setting
@@ -56,15 +56,6 @@ def xshare_warps(spec: ProjectionSpec, layout: int, rows_bucket: int) -> int:
     return value
 
 
-def xshare_groups(spec: ProjectionSpec, ranges: int) -> int:
-    """K groups of a shared-x block: MLX_METILE_CUDA_MMA_XGROUPS (1, 2 or 4), else 1; each group
-    of C warps walks its share of the `ranges` K ranges with its own x."""
-    groups = mma_override("xgroups") or 1
-    if ranges % groups:
-        raise LowerError(f"MLX_METILE_CUDA_MMA_XGROUPS={groups} does not divide the {ranges} K ranges")
-    return groups
-
-
 def xshare_tiles(rows_bucket: int, accumulators: int, max_partials: int) -> int:
     """16-column tiles per warp: MLX_METILE_CUDA_MMA_TILES, else 1; halved while a lane's
     running sums and totals would exceed `max_partials` tiles of 4 floats each."""
@@ -75,57 +66,43 @@ def xshare_tiles(rows_bucket: int, accumulators: int, max_partials: int) -> int:
 
 
 class SharedXLowering(StagedMMALowering):
-    """C = schedule.xshare warps per K group, R = SG / C K groups; group kg walks K ranges
-    kg * P .. kg * P + P - 1 (P = ranges / R) with its own x ring; group 0 folds its ranges'
-    sums in registers, the others set each range's aside in shared memory, and group 0 adds
-    them in range order after the loop and runs the epilogue."""
-
     def __init__(self, program, schedule, divisors, vector_buffers, spec: ProjectionSpec):
         super().__init__(program, schedule, divisors, vector_buffers, spec)
         if self.interleave:
             raise LowerError(f"{program.name}: shared x takes the K ranges in order (not interleaved)")
-        self.C = schedule.xshare
-        self.R = schedule.SG // self.C
-        if self.splits % self.R:
-            raise LowerError(f"{program.name}: {self.R} K groups do not divide {self.splits} K ranges")
-        self.P = self.splits // self.R  # K ranges per group
         self.stages = mma_override("stages") or STAGES
         self.x_row_bytes = self.groups * self.ck * 2  # one row of x per stage
         self.x_per_row = self.x_row_bytes // 16  # 16-byte copies per row
-        group_threads = 32 * self.C
-        if group_threads % self.x_per_row:
-            raise LowerError(f"{program.name}: {self.x_per_row} copies a row of x do not divide a K group")
+        if self.s.threads % self.x_per_row:
+            raise LowerError(f"{program.name}: {self.x_per_row} copies a row of x do not divide the block")
         # a shared load's 8 rows (lanes g) on distinct banks: rows 16 bytes apart modulo 128, or
         # 64 with the sector layout, whose 4 lanes of a row read 64 contiguous bytes
         self.x_stride = self.x_row_bytes + (64 if self.sector else 16)
         self.x_slot = self.s.BM * self.x_stride
-        self.x_rows_per_pass = group_threads // self.x_per_row
+        self.x_rows_per_pass = self.s.threads // self.x_per_row
         self.x_passes = -(-self.s.BM // self.x_rows_per_pass)
 
     def col_base(self) -> str:
-        cg = "warp" if self.R == 1 else f"(warp % {self.C})"
-        return f"(pid0 * {self.s.BN} + {cg} * {TILE * self.tiles})"
+        return f"(pid0 * {self.s.BN} + warp * {TILE * self.tiles})"
 
-    # -- the K ranges: each group walks its own, in order ----------------------------------
+    # -- the K ranges: every warp walks all of them ---------------------------------
     def k_split(self) -> list[str]:
-        v, a, p = self.splits, self.align, self.P
+        v, a = self.splits, self.align
         return [
             f"const int chunks = K / {self.ck};",
             f"const int per_range = (chunks + {v * a - 1}) / {v * a} * {a};",
-            f"const int kg = warp / {self.C};  // the warp's K group" if self.R > 1 else "const int kg = 0;",
-            f"const int c_begin = min(chunks, kg * {p} * per_range);",
-            f"const int c_end = min(chunks, c_begin + {p} * per_range);",
+            "const int c_begin = 0, c_end = chunks;",
         ]
 
-    # -- x: global -> shared (the K group) -> lanes ---------------------------------------
+    # -- x: global -> shared (the block) -> lanes ----------------------------------------
     def x_copy_setup(self) -> list[str]:
-        per_row, tig = self.x_per_row, f"(threadIdx.x % {32 * self.C})"
+        per_row = self.x_per_row
         return [
-            f"const int xr0 = {tig} / {per_row};  // the thread's first row of a stage's x",
+            f"const int xr0 = threadIdx.x / {per_row};  // the thread's first row of a stage's x",
             f"const int xrows = M - pid1 * {self.s.BM};",
             f"const char* const xsrc = reinterpret_cast<const char*>(x + (size_t)(pid1 * {self.s.BM} + xr0) * K)"
-            f" + ({tig} % {per_row}) * 16;",
-            f"const int xdst = xr0 * {self.x_stride} + ({tig} % {per_row}) * 16;",
+            f" + (threadIdx.x % {per_row}) * 16;",
+            f"const int xdst = xr0 * {self.x_stride} + (threadIdx.x % {per_row}) * 16;",
         ]
 
     def x_copy_stage(self, stage: str, slot: str) -> list[str]:
@@ -158,40 +135,14 @@ class SharedXLowering(StagedMMALowering):
         """(total, running sum) of every partial sum the lane keeps."""
         return [(run.replace("part", "tot", 1), run) for run, _ in self.partials(nacc)]
 
-    def red_entries(self, nacc: int) -> list[tuple[str, str]]:
-        """(running sum, its place in `red` for K range kg * P + f) of every partial sum, where
-        `red` holds the ranges of groups 1.. as [range - P][column group][acc][tile][row tile][e][lane]."""
-        at = f"[kg * {self.P} + f - {self.P}][warp % {self.C}]"
-        return [(run, f"red{at}{idx}") for run, idx in self.partials(nacc)]
-
-    def red_dims(self, nacc: int) -> str:
-        return f"[{self.C}][{nacc}][{self.tiles}][{self.rt}][4][32]"
-
-    def fold(self, nacc: int) -> list[str]:
-        """The end of a K range: group 0 folds its sums into the totals, in range order; the
-        other groups set them aside in `red` (as range kg * P + folds)."""
-        lines = ["if (kg == 0) {"] if self.R > 1 else []
-        for tot, run in self.totals(nacc):
-            lines.append(f"  {tot} = folds ? {tot} + {run} : {run}; {run} = 0.0f;")
-        if self.R > 1:
-            lines += ["} else {", "  const int f = folds;"]
-            lines += [f"  {at} = {run}; {run} = 0.0f;" for run, at in self.red_entries(nacc)]
-            lines.append("}")
-        return lines + ["++folds;", "rend = min(c_end, rend + per_range);"]
-
     def k_loop(self, nacc: int, mma: str) -> list[str]:
-        """Prologue: stages 0..S-2 of x and the weights in flight. Each iteration (as many as
-        group 0 has stages, so that every thread meets every barrier): wait for stage st, a
-        barrier (stage st's x has landed for every warp; every warp is done with st - 1's
-        slots), issue stage st+S-1 into st-1's slots, then - where the warp's group has stage
-        st - the shared loads and the math of stage st, and at the end of a K range the fold.
-        After the loop, groups 1.. zero the ranges they never reached, and group 0 adds
-        theirs to its totals in range order."""
+        """Prologue: stages 0..S-2 of x and the weights in flight. Each iteration: wait for
+        stage st, a barrier (stage st's x has landed for every warp; every warp is done with
+        st - 1's slots), issue stage st+S-1 into st-1's slots, then the shared loads and the
+        math of stage st, and at the end of a K range the fold."""
         self.use_helper("cuda_cp_async")
         s, stages, groups = self.s, self.stages, self.groups
-        red_at = s.SG * stages * self.slot + self.R * stages * self.x_slot
-        red_bytes = (self.splits - self.P) * self.C * nacc * self.tiles * self.rt * 4 * 32 * 4
-        ring_bytes = self.ring_bytes = red_at + red_bytes
+        ring_bytes = self.ring_bytes = s.SG * stages * self.slot + stages * self.x_slot
         if ring_bytes > MAX_DYNAMIC_SHARED:
             raise LowerError(
                 f"{self.p.name}: shared x with {s.SG} warps, {self.tiles} tiles and {stages} stages needs "
@@ -204,13 +155,9 @@ class SharedXLowering(StagedMMALowering):
         lines = [
             ring,
             f"unsigned char* const ring = metile_ring + warp * {stages * self.slot};",
-            f"unsigned char* const xring = metile_ring + {s.SG * stages * self.slot} + kg * {stages * self.x_slot};",
-            f"const int nst = (c_end - c_begin) / {groups};",
-            f"const int nst_all = min(chunks, {self.P} * per_range) / {groups};  // group 0's, the most",
+            f"unsigned char* const xring = metile_ring + {s.SG * stages * self.slot};",
+            f"const int nst = chunks / {groups};",
         ]
-        if red_bytes:
-            dims = self.red_dims(nacc)
-            lines.append(f"float (*const red){dims} = reinterpret_cast<float (*){dims}>(metile_ring + {red_at});")
         lines += self.copy_setup(nacc) + self.x_copy_setup()
         for st in range(stages - 1):
             lines.append(f"if ({st} < nst) {{")
@@ -219,44 +166,33 @@ class SharedXLowering(StagedMMALowering):
             lines.append("metile_cp_commit();")
         for j in range(nacc):
             lines.append(f"float tot{j}[{self.tiles}][{self.rt}][4] = {{}};")
-        lines.append("int folds = 0, rend = min(c_end, c_begin + per_range);")
+        lines.append("int folds = 0, rend = min(chunks, per_range);")
 
         body = [f"metile_cp_wait<{stages - 2}>();", "__syncthreads();", f"if (st + {stages - 1} < nst) {{"]
         body += ["  " + ln for ln in self.copy_stage(f"st + {stages - 1}", "wr")]
         body += ["  " + ln for ln in self.x_copy_stage(f"st + {stages - 1}", "wr")]
         body += ["}", "metile_cp_commit();"]
-        work = [
-            f"const unsigned char* const slot = ring + rd * {self.slot};",
-            f"const unsigned char* const xslot = xring + rd * {self.x_slot};",
-        ]
+        body.append(f"const unsigned char* const slot = ring + rd * {self.slot};")
+        body.append(f"const unsigned char* const xslot = xring + rd * {self.x_slot};")
         for b in range(groups):
             loads = self.weight_loads(b, f"ch0 + {b}", None, nacc)
-            work += [f"const {ld.typ} {ld.name} = *reinterpret_cast<const {ld.typ}*>({ld.addr});" for ld in loads]
+            body += [f"const {ld.typ} {ld.name} = *reinterpret_cast<const {ld.typ}*>({ld.addr});" for ld in loads]
         for b in range(groups):
-            work += self.x_loads_shared(b)
-            work += self.chunk_math(b, nacc, mma)
-        work.append(f"if (ch0 + {groups} == rend) {{")
-        work += ["  " + ln for ln in self.fold(nacc)]
-        work.append("}")
-        body += ["if (st < nst) {"] + ["  " + ln for ln in work] + ["}"]
+            body += self.x_loads_shared(b)
+            body += self.chunk_math(b, nacc, mma)
+        # the end of a K range: its sums into the totals, in range order
+        body.append(f"if (ch0 + {groups} == rend) {{")
+        for tot, run in self.totals(nacc):
+            body.append(f"  {tot} = folds ? {tot} + {run} : {run}; {run} = 0.0f;")
+        body += ["  ++folds;", "  rend = min(chunks, rend + per_range);", "}"]
         body.append(f"rd = rd + 1 == {stages} ? 0 : rd + 1;")
         body.append(f"wr = wr + 1 == {stages} ? 0 : wr + 1;")
-        tail = ["if (kg == 0) {" if self.R > 1 else "{"]
-        tail.append(f"  if (folds < {self.P}) {{  // empty K ranges add +0")
-        tail += [f"    {tot} = {tot} + 0.0f;" for tot, _ in self.totals(nacc)]
-        tail.append("  }")
-        if self.R > 1:
-            tail += ["} else {", f"  for (int f = folds; f < {self.P}; ++f) {{  // ranges never reached"]
-            tail += [f"    {at} = 0.0f;" for _, at in self.red_entries(nacc)]
-            tail += ["  }", "}", "__syncthreads();", "if (kg == 0) {  // the other groups' ranges, in order"]
-            for q in range(self.splits - self.P):
-                for tot, run in self.totals(nacc):
-                    idx = dict(self.partials(nacc))[run]
-                    tail.append(f"  {tot} = {tot} + red[{q}][warp]{idx};")
+        tail = [f"if (folds < {self.splits}) {{  // empty K ranges add +0"]
+        tail += [f"  {tot} = {tot} + 0.0f;" for tot, _ in self.totals(nacc)]
         tail.append("}")
         return (
             lines
-            + [f"int rd = 0, wr = {stages - 1};", "#pragma unroll 1", "for (int st = 0; st < nst_all; ++st) {"]
+            + [f"int rd = 0, wr = {stages - 1};", "#pragma unroll 1", "for (int st = 0; st < nst; ++st) {"]
             + [f"  const int ch0 = {self.stage_chunk('st')};"]
             + ["  " + ln for ln in body]
             + ["}", "metile_cp_wait<0>();"]
@@ -287,17 +223,13 @@ class SharedXLowering(StagedMMALowering):
             lines.append(f"float part{j}[{self.tiles}][{self.rt}][4] = {{}};")
         lines += self.k_loop(nacc, mma)
         body.append(Raw(lines))
-        # the warps of group 0 finish their own columns
-        finish = If(f"warp < {self.C}") if self.R > 1 else None
-        out, scope = (finish.body, _Scope(finish.body, root, fence=True)) if finish else (body, root)
+        # every warp finishes its own columns
         for tile in range(self.tiles):
             for r in range(self.rt):
                 for e in range(4):
                     row = Poly.sym("t") * 2 + (8 * r + (e & 1))
                     col = Poly.sym("warp") * (TILE * self.tiles) + Poly.sym("g") + (TILE * tile + 8 * (e >> 1))
-                    self.render_stores(out, scope, row, col, lambda j, tile=tile, r=r, e=e: f"tot{j}[{tile}][{r}][{e}]")
-        if finish:
-            body.append(finish)
+                    self.render_stores(body, root, row, col, lambda j, tile=tile, r=r, e=e: f"tot{j}[{tile}][{r}][{e}]")
         kernel = self.kernel(body)
         fit = max(1, SM_SHARED // (self.ring_bytes + 1024))  # the driver keeps 1 KB a block
         blocks = self.s.blocks or mma_setting("minblocks", self.s.BM)

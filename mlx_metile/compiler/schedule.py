@@ -52,11 +52,11 @@ class Schedule:
     S: int = 0  # tiled: k positions staged per barrier
     splits: int = 0  # mma: K ranges (the sum order), a multiple of SG; 0 for SG (one per warp)
     blocks: int = 0  # mma: blocks per SM to ask for (caps registers); 0 for the row bucket's setting
-    xshare: int = 0  # mma: warps per K group, each owning NC columns, sharing x (lower_mma_xshare); 0: K-split
+    xshare: int = 0  # mma: warps that each own NC columns over all of K, sharing x (lower_mma_xshare); 0: K-split warps
 
     @property
     def BN(self) -> int:
-        return (self.xshare or self.SG) * self.NC  # shared x: the column groups (warps of one K group)
+        return self.SG * self.NC
 
     @property
     def BK(self) -> int:
@@ -75,9 +75,9 @@ class Schedule:
     def describe(self) -> str:
         if self.kind == "mma" and self.xshare:
             return (
-                f"schedule mma, x shared: {self.BN} columns x {self.BM} rows per block of {self.SG} warps in "
-                f"{self.SG // self.xshare} K groups, {self.NC} columns a warp in chunks of {self.BK} k ({self.splits} "
-                "K ranges summed in order), mma.sync m16n8k16 with f32 accumulation"
+                f"schedule mma, x shared: {self.BN} columns x {self.BM} rows per block of {self.SG} warps, "
+                f"{self.NC} columns each over all of K in chunks of {self.BK} k ({self.splits} K ranges folded in "
+                "order), mma.sync m16n8k16 with f32 accumulation"
             )
         if self.kind == "mma":
             ranges = f" ({self.splits} K ranges, {self.splits // self.SG} per warp)" if self.splits > self.SG else ""
@@ -135,15 +135,13 @@ def choose(
     mma_splits: int = 0,
     mma_blocks: int = 0,
     mma_xshare: int = 0,
-    mma_xgroups: int = 1,
 ) -> Schedule:
     """`mma_chunk` (CUDA, sm_80+, a spec lower_mma accepts): the k per tensor-core
     chunk; then rows 1..32 take the `mma` schedule, with `mma_warps` warps per
     block (0: lower_mma's setting) and at most `mma_max_tiles` 16-column tiles;
     `mma_splits` K ranges (0: one per warp; else a multiple of the warps); `mma_blocks`
-    blocks per SM to ask for (0: the row bucket's setting); `mma_xshare` warps per K group that
-    each own their columns over the group's K ranges and share x, in `mma_xgroups` K groups
-    (lower_mma_xshare; 0: K-split warps)."""
+    blocks per SM to ask for (0: the row bucket's setting); `mma_xshare` warps per block that
+    each own their columns over all of K and share x (lower_mma_xshare; 0: K-split warps)."""
     vk = k_per_lane(weight_bits, group_sizes, weight_dtypes)
     if mma_chunk and rows <= MAX_ROWS_PER_PROGRAM:
         # W warps splitting K over T tiles of 16 columns; 8-row tiles of x (so 1..8 rows share one kernel)
@@ -160,7 +158,7 @@ def choose(
                 "mma",
                 BM=bm,
                 NC=nc,
-                SG=mma_xshare * mma_xgroups,
+                SG=mma_xshare,
                 VK=mma_chunk // 32,
                 U=1,
                 C=1,

@@ -11,7 +11,7 @@ from ..compiler import choose, lower
 from ..compiler.lower_mma import chunk_k as mma_chunk
 from ..compiler.lower_mma import mma_supported
 from ..compiler.lower_mma_staged import LAYOUTS, block_warps, mma_warps, staged_max_tiles, wave_blocks
-from ..compiler.lower_mma_xshare import xshare_groups, xshare_warps
+from ..compiler.lower_mma_xshare import xshare_warps
 from ..ir import bind_meta, format_program, verify
 from ..kernels import projection_program
 from ..spec import ProjectionSpec
@@ -34,7 +34,6 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
     mma = target == "cuda" and tensor_cores() and mma_supported(spec)
     ranges = mma_warps(spec, layout) if mma else 0  # K ranges: the sum order
     warps = block_warps(spec, layout, rows_bucket, ranges) if mma else 0
-    xshare = xshare_warps(spec, layout, rows_bucket) if mma else 0
     schedule = choose(
         rows_bucket,
         spec.accumulators,
@@ -48,8 +47,7 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
         staged_max_tiles(spec, warps, layout, rows_bucket) if mma else 4,
         ranges,
         wave_blocks(spec, layout, rows_bucket) if mma else 0,
-        xshare,
-        xshare_groups(spec, ranges) if xshare else 1,
+        xshare_warps(spec, layout, rows_bucket) if mma else 0,
     )
     bound = bind_meta(program, schedule.meta())
     verify(bound)

@@ -413,12 +413,11 @@ def test_concatenated_outputs_of_unequal_widths_match_float64_and_are_row_invari
 
 XSHARE = [  # (spec, K, N, bucket, settings; {}: the default): K = 1280 holds 20 groups, K ranges 8, 8, 4, 0
     (ProjectionSpec("bf16", (q4,), k_multiple=256), 1280, 80, 16, {"XSHARE": "4"}),
-    (ProjectionSpec("bf16", (q4,), k_multiple=256), 1280, 80, 32, {"XSHARE": "2", "XGROUPS": "2"}),
     (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), 1280, 40, 32, {}),
-    (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), 1280, 40, 16, {"XSHARE": "2", "XGROUPS": "4"}),
+    (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), 1280, 40, 16, {"XSHARE": "2"}),
     (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),), k_multiple=256), 1024, 48, 32, {"XSHARE": "2"}),
     (ProjectionSpec("f16", (WeightFormat("f16", 4, 128),), k_multiple=256), 1024, 48, 16, {"XSHARE": "8"}),  # sector
-    (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 512, 48, 32, {"XSHARE": "4", "XGROUPS": "2"}),
+    (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 512, 48, 32, {"XSHARE": "4"}),  # 8 K ranges
     (ProjectionSpec("bf16", (q4,) * 3, k_multiple=256), 512, (40, 24, 24), 16, {"XSHARE": "2"}),  # q/k/v
 ]
 
@@ -433,14 +432,14 @@ def _set(monkeypatch, settings: dict[str, str]) -> None:
     "spec,K,N,bucket,settings", XSHARE, ids=[f"{c[0].name()}-{c[3]}-{'-'.join(c[4].values())}" for c in XSHARE]
 )
 def test_shared_x_gives_the_bits_of_the_k_split_kernel(monkeypatch, spec, K, N, bucket, settings):
-    """Warps that own their columns over their K group's ranges, x staged once per group
-    (lower_mma_xshare), add the K ranges' sums in the K-split kernel's order: every output
-    bit equals that kernel's (empty K ranges and K groups, a partial block of columns and rows
-    past M included), and row 0 equals row 0 computed alone by the 8-row kernel."""
+    """Warps that own their columns over all of K, x staged once per block (lower_mma_xshare),
+    add the K ranges' sums in the K-split kernel's order: every output bit equals that
+    kernel's (an empty K range, a partial block of columns and rows past M included), and row 0
+    equals row 0 computed alone by the 8-row kernel."""
     _set(monkeypatch, settings)
     schedule = compile_projection(spec, bucket, "cuda", 0).schedule
     assert schedule.xshare == int(settings.get("XSHARE", 4))
-    assert schedule.SG == schedule.xshare * int(settings.get("XGROUPS", 1))
+    assert schedule.SG == schedule.xshare
     case = Case(spec, K, N, rows=bucket)
     rows = bucket - 3
     shared = case.run(bucket, rows, 0)
@@ -455,17 +454,16 @@ def test_shared_x_gives_the_bits_of_the_k_split_kernel(monkeypatch, spec, K, N, 
 
 def test_shared_x_adds_the_k_ranges_in_order(monkeypatch):
     """On data whose K ranges' sums are about +S, +S, -S, -S (cancelling: another order of
-    adding them changes the bf16 bits), every K grouping of the shared-x kernel gives the
-    K-split kernel's bits; 8 K ranges instead of 4 do not (the check can fail)."""
+    adding them changes the bf16 bits), the shared-x kernel gives the K-split kernel's bits;
+    8 K ranges instead of 4 do not (the check can fail)."""
     spec = ProjectionSpec("bf16", (q4,), k_multiple=256)
     case = cancelling(Case(spec, 2048, 48, rows=16), 1024)
     _set(monkeypatch, {"XSHARE": "0"})
     split = case.run(16, 16, 0)
-    for warps, groups in (("4", "1"), ("2", "2"), ("2", "4")):
-        _set(monkeypatch, {"XSHARE": warps, "XGROUPS": groups})
-        got = case.run(16, 16, 0)
-        assert all(np.array_equal(a, b) for a, b in zip(got, split)), f"{warps} warps x {groups} K groups"
-    _set(monkeypatch, {"XSHARE": "0", "XGROUPS": "1", "WARPS": "8"})
+    for warps in ("2", "4", "8"):
+        _set(monkeypatch, {"XSHARE": warps})
+        assert all(np.array_equal(a, b) for a, b in zip(case.run(16, 16, 0), split)), f"{warps} warps"
+    _set(monkeypatch, {"XSHARE": "0", "WARPS": "8"})
     assert not all(np.array_equal(a, b) for a, b in zip(case.run(16, 16, 0), split)), "the check cannot fail"
 
 
@@ -486,7 +484,4 @@ def test_shared_x_over_the_shared_memory_of_a_block_is_refused(monkeypatch):
     """Settings whose rings would not fit one block's shared memory fail at compile time, by name."""
     _set(monkeypatch, {"XSHARE": "8", "TILES": "4", "STAGES": "8"})
     with pytest.raises(LowerError, match="shared memory"):
-        compile_projection(ProjectionSpec("bf16", (q4,), k_multiple=256), 16, "cuda", 0)
-    _set(monkeypatch, {"XSHARE": "2", "TILES": "1", "STAGES": "2", "WARPS": "2", "XGROUPS": "4"})
-    with pytest.raises(LowerError, match="does not divide"):  # 4 K groups of 2 K ranges
         compile_projection(ProjectionSpec("bf16", (q4,), k_multiple=256), 16, "cuda", 0)
