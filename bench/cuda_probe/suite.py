@@ -211,6 +211,29 @@ SUITE_XSHARE2 = {}
 for fmt in ("q4g64", "q8g64", "q4g128", "q8g128"):
     SUITE_XSHARE2[f"{fmt}_gateup_fused_xshare2"] = (["--format", fmt, "--pool", "4", "--rows", "16,32"], XSHARE2)
     SUITE_XSHARE2[f"{fmt}_4096x14336_xshare2"] = ([*shape(fmt, 4096, 14336, 8), "--rows", "16,32"], XSHARE2)
+# s14-bankpad: ring rows padded by the 4 lanes' bytes of a row (lower_mma_staged.row_pad; Nsight
+# Compute counted 2.7-way bank conflicts on the 16-row 4-bit kernel's shared loads) against 16 bytes.
+BANKPAD = ["default=", f"bankpad={E}BANKPAD=1"]
+SUITE_BANKPAD = {}
+for fmt in ("q4g64", "q8g64", "q4g128", "q8g128", "bf16"):
+    if fmt != "bf16":
+        SUITE_BANKPAD[f"{fmt}_gateup_fused_bankpad"] = (
+            ["--format", fmt, "--pool", "4", "--rows", "1,4,8,16,32"],
+            BANKPAD,
+        )
+    for k, n in ((4096, 14336), (14336, 4096), (4096, 4096)):
+        args = shape(fmt, k, n, 32 if k * n < 2**25 else 8)
+        SUITE_BANKPAD[f"{fmt}_{k}x{n}_bankpad"] = ([*args, "--rows", "1,4,8,16,32"], BANKPAD)
+# s14-bankpad2: the adopted row_pad (32 bytes for 8-byte loads, 64 dense) against 16 bytes everywhere
+# (BANKPAD=0), with Qwen's shapes (whose SPREAD and ONE_WAVE layouts size rings differently).
+PAD16 = ["default=", f"pad16={E}BANKPAD=0"]
+SUITE_BANKPAD2 = {}
+for fmt in ("q4g64", "q8g64", "q4g128", "q8g128", "bf16"):
+    if fmt != "bf16":
+        SUITE_BANKPAD2[f"{fmt}_gateup_fused_pad"] = (["--format", fmt, "--pool", "4", "--rows", "1,4,8,16,32"], PAD16)
+    for k, n in ((4096, 14336), (14336, 4096), (4096, 4096), (1536, 8960), (8960, 1536)):
+        args = shape(fmt, k, n, 32 if k * n < 2**25 else 8)
+        SUITE_BANKPAD2[f"{fmt}_{k}x{n}_pad"] = ([*args, "--rows", "1,4,8,16,32"], PAD16)
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -223,6 +246,8 @@ SUITES = {
     "s11-late": SUITE_LATE,
     "s14-xshare": SUITE_XSHARE,
     "s14-xshare2": SUITE_XSHARE2,
+    "s14-bankpad": SUITE_BANKPAD,
+    "s14-bankpad2": SUITE_BANKPAD2,
 }
 
 

@@ -91,6 +91,7 @@ ALLOWED = {
     "interleave": (0, 1),
     "swizzle": (0, 1),
     "late": (0, 1, 2),
+    "bankpad": (0, 1),
     "xshare": (0, 2, 4, 8),  # lower_mma_xshare: warps per block sharing x, at 16-32 rows
 }
 SPLIT_ALIGN = 4  # chunks: each warp's range starts at a multiple of this where K allows

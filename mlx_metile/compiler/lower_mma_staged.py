@@ -42,6 +42,7 @@ from .lower_mma import (
     dense_mode,
     mma_override,
     mma_setting,
+    sector_layout,
     wide,
 )
 
@@ -57,8 +58,38 @@ def swizzled() -> bool:
     return mma_override("swizzle") == 1
 
 
-def row_pad() -> int:
-    return 0 if swizzled() else PAD
+def lane_load_bytes(spec: ProjectionSpec) -> int:
+    """Bytes a lane reads from a ring row in one shared load of its weight words (lower_mma:
+    16 dense; else its words of a chunk, at most 4, or one slice's with the sector layout)."""
+    w = spec.weights[0]
+    if not w.quantized:
+        return 16
+    if sector_layout(spec):
+        return w.bits // 4 * 4
+    return min(chunk_k(spec) // 4 * w.bits // 32, 4) * 4
+
+
+def row_pad(spec: ProjectionSpec) -> int:
+    """Bytes after each ring row. A shared load of w bytes a lane is served 128 / w lanes - 32 / w
+    rows of 4 lanes - at a time, and rows whose starts differ by 4 w bytes (modulo 128) put
+    those on disjoint banks; rows 16 bytes apart (PAD) do that for 4-byte loads only, and made
+    Nsight Compute count 2.7-way bank conflicts on the 16-row 4-bit group-64 kernel's 8-byte
+    loads. By default 32 bytes for 8-byte loads (4-bit group 64, 8-bit group 32, 8-bit group 128's
+    sector layout) and 64 for dense weights' 16-byte loads; 8-bit group 64's 16-byte loads keep
+    PAD (64 bytes measured slower, its rings then holding fewer stages). H200, kernel alone
+    (bench/results/h200-ab-2026-11-30-session14.json, call 6): dense 1.01-1.11x, 4-bit group 64
+    1.00-1.04x, 8-bit group 128 1.02-1.07x; 8-bit group 64 at 64 bytes 0.55-1.07x.
+    MLX_METILE_CUDA_MMA_BANKPAD=0 keeps PAD everywhere, =1 pads every format by 4 w; swizzled
+    rings have none."""
+    if swizzled():
+        return 0
+    setting = mma_override("bankpad")
+    if setting == 0:
+        return PAD
+    w = lane_load_bytes(spec)
+    if setting == 1 or w == 8 or not spec.weights[0].quantized:
+        return 4 * w % 128 or PAD
+    return PAD
 
 
 MAX_STAGES = 4
@@ -112,7 +143,7 @@ def ring_rows(spec: ProjectionSpec, tiles: int = 1) -> int:
 def slot_bytes(spec: ProjectionSpec, tiles: int = 1) -> int:
     """One stage of one warp: the weight rows (padded), then scales, then biases."""
     groups = stage_groups(spec)
-    return ring_rows(spec, tiles) * (groups * chunk_bytes(spec) + row_pad() + 2 * groups * scale_bytes_of(spec))
+    return ring_rows(spec, tiles) * (groups * chunk_bytes(spec) + row_pad(spec) + 2 * groups * scale_bytes_of(spec))
 
 
 def ring_budget(warps: int) -> int:
@@ -129,7 +160,7 @@ def ring_budget(warps: int) -> int:
 # alone (h200-ab-2026-11-29-session11.json, call 1): 4096 -> 14336 1.19x at 32 rows against
 # one tile, but 0.72-0.99x at 1-16 rows, so only at 32.
 WIDE_RING_ROWS = 32
-WIDE_RING_KB = 72
+WIDE_RING_KB = 76  # (72 before the rows were padded by 32 bytes)
 
 
 def ring_stages(spec: ProjectionSpec, warps: int, tiles: int = 1, rows_bucket: int = 0) -> int:
@@ -186,7 +217,7 @@ SMS = 132  # SMs of the H200
 SPREAD_COLUMNS = SMS * TILE
 SPREAD_K = 8192
 SPREAD_WARPS = 8
-SPREAD_SMEM = 84  # KB: 16 dense warps' rings of 2 stages, in dynamic shared memory
+SPREAD_SMEM = 96  # KB: 16 dense warps' rings of 2 stages (rows padded by 64 bytes), in dynamic shared memory
 DEEP_COLUMNS = 2 * SMS * TILE
 DEEP_ROWS = 8  # the largest row bucket whose blocks have a warp per K range
 
@@ -312,7 +343,7 @@ class StagedMMALowering(MMALowering):
         self.scale_vector = w.quantized and w.dtype != "f32"
         self.group_bytes = chunk_bytes(spec)  # one chunk of a column: a group, or 32 dense k
         self.row_bytes = self.groups * self.group_bytes
-        self.stride = self.row_bytes + row_pad()
+        self.stride = self.row_bytes + row_pad(spec)
         # swizzled rows: piece q of row r at q ^ (r & mask); r & mask is the lane's g & mask in
         # every load (rows are 8-aligned bands plus g)
         self.swizzle_mask = min(self.row_bytes // 16, 8) - 1 if swizzled() else 0

@@ -308,7 +308,8 @@ def test_staged_ring_takes_two_tiles_where_they_fit_and_the_output_is_wide(fresh
     assert len(splits) == 1, splits
     swiglu = STAGED_SPECS[0][0]
     assert compile_projection(swiglu, 1, "cuda").schedule.BN == 16  # 2 tiles' rings would not fit
-    monkeypatch.setenv("MLX_METILE_CUDA_MMA_GROUPS", "2")  # smaller stages: 2 tiles fit
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_GROUPS", "2")  # smaller stages: 2 tiles fit ...
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_BANKPAD", "0")  # ... in rows padded by 16 bytes
     compile_projection.cache_clear()
     art = compile_projection(swiglu, 16, "cuda")
     assert art.schedule.BN == 32 and "metile_cp16(" in art.source and "csok1" in art.source
@@ -389,7 +390,7 @@ def test_one_wave_layout_asks_for_five_blocks_per_sm_only_where_measured(fresh_k
 
 def test_eight_bit_group_128_takes_two_tiles_in_dynamic_shared_memory_at_32_rows(fresh_kernels, monkeypatch):
     """lower_mma_staged.WIDE_RING_KB: 8-bit group-128 stages (256 bytes a column) fit 2 tiles'
-    rings of 2 stages only in 70 KB, so at 32 rows the TILES layout sizes them at launch; at
+    rings of 2 stages only in 74 KB (rows padded by 32 bytes), so at 32 rows the TILES layout sizes them at launch; at
     1-16 rows one tile in 48 KB as before; formats whose 2 tiles fit 48 KB are untouched."""
     from mlx_metile.compiler.lower_mma_staged import TILES
 
@@ -397,7 +398,7 @@ def test_eight_bit_group_128_takes_two_tiles_in_dynamic_shared_memory_at_32_rows
     spec = ProjectionSpec("bf16", (WeightFormat("bf16", 8, 128),), k_multiple=256)
     arts = {b: compile_projection(spec, b, "cuda", TILES) for b in (8, 16, 32)}
     assert [arts[b].schedule.BN for b in (8, 16, 32)] == [16, 16, 32]
-    assert arts[32].dynamic_shared == 4 * 2 * 32 * (256 + 16 + 8) and arts[16].dynamic_shared == 0
+    assert arts[32].dynamic_shared == 4 * 2 * 32 * (256 + 32 + 8) and arts[16].dynamic_shared == 0
     assert "extern __shared__" in arts[32].source and "metile_cp16(" in arts[32].source
     assert sm90_code(ptx(arts[32], "sm_90"))
     q4 = ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64),), k_multiple=256)
