@@ -16,11 +16,11 @@ probe of the two access patterns alone (bench/cuda_probe/int4_loads.cu,
 the lanes' pattern. In flight, the copies hold shared memory instead of
 registers: S - 1 stages per warp while it computes one.
 
-Rows of the ring are padded by 16 bytes, so that by a bank model every lane's
-shared load takes the fewest wavefronts its width allows, for every format (the
-8 rows of a load spread over all banks). Nsight Compute counted 2.9 wavefronts
-per shared load request of the int4 kernel on the H200, which includes the 2 an
-8-byte load needs; the rest is not analysed.
+Rows of the ring are padded (row_pad) so that the rows a shared load serves at
+once start on disjoint banks: by 32 bytes for 8-byte lane loads, 64 for dense
+weights' 16-byte ones, else 16. Until the fourteenth session every format had 16,
+which put neighbouring rows' 8- and 16-byte loads on shared banks (Nsight Compute:
+2.7-way conflicts on the 16-row 4-bit group-64 kernel's shared loads).
 The reduction buffer of the warps' partial sums reuses the ring after the loop.
 The K split (whole stages per warp) depends on the spec alone, so rows stay
 invariant across row buckets as in lower_mma; tiles move loads only.
