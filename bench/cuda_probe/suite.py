@@ -234,6 +234,29 @@ for fmt in ("q4g64", "q8g64", "q4g128", "q8g128", "bf16"):
     for k, n in ((4096, 14336), (14336, 4096), (4096, 4096), (1536, 8960), (8960, 1536)):
         args = shape(fmt, k, n, 32 if k * n < 2**25 else 8)
         SUITE_BANKPAD2[f"{fmt}_{k}x{n}_pad"] = ([*args, "--rows", "1,4,8,16,32"], PAD16)
+# s14-retune: with the rows padded by load width, the ring's depth and blocks per SM again (dense:
+# 3-4 stages in dynamic shared memory, 16 warps; 4-bit at 16-32 rows: LATE=2 and 3 blocks per SM).
+RETUNE_DENSE = [
+    "default=",
+    f"s3={E}STAGES=3;{E}SMEM=80",
+    f"s4={E}STAGES=4;{E}SMEM=100",
+    f"w16={E}WARPS=16;{E}SMEM=100",
+    f"mb2={E}MINBLOCKS=2",
+]
+RETUNE_Q4 = ["default=", f"late2={E}LATE=2", f"mb3={E}MINBLOCKS=3", f"late2mb3={E}LATE=2;{E}MINBLOCKS=3"]
+SUITE_RETUNE = {}
+for k, n in ((4096, 14336), (14336, 4096), (4096, 4096)):
+    args = shape("bf16", k, n, 4 if k * n > 2**25 else 16)
+    SUITE_RETUNE[f"bf16_{k}x{n}_retune"] = ([*args, "--rows", "1,4,8,16,32"], RETUNE_DENSE)
+for fmt in ("q4g64", "q8g128"):
+    SUITE_RETUNE[f"{fmt}_4096x14336_retune"] = ([*shape(fmt, 4096, 14336, 8), "--rows", "16,32"], RETUNE_Q4)
+    SUITE_RETUNE[f"{fmt}_gateup_fused_retune"] = (["--format", fmt, "--pool", "4", "--rows", "16"], RETUNE_Q4)
+# s14-densering: the adopted dense rings (lower_mma_staged.dense_ring) against the 48 KB default.
+OLD_RING = ["default=", f"ring48={E}SMEM=48"]
+SUITE_DENSERING = {}
+for k, n in ((4096, 14336), (14336, 4096), (4096, 4096)):
+    args = shape("bf16", k, n, 4 if k * n > 2**25 else 16)
+    SUITE_DENSERING[f"bf16_{k}x{n}_ring"] = ([*args, "--rows", "1,2,4,8,16,32"], OLD_RING)
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -248,6 +271,8 @@ SUITES = {
     "s14-xshare2": SUITE_XSHARE2,
     "s14-bankpad": SUITE_BANKPAD,
     "s14-bankpad2": SUITE_BANKPAD2,
+    "s14-retune": SUITE_RETUNE,
+    "s14-densering": SUITE_DENSERING,
 }
 
 

@@ -163,11 +163,14 @@ WIDE_RING_ROWS = 32
 WIDE_RING_KB = 76  # (72 before the rows were padded by 32 bytes)
 
 
-def ring_stages(spec: ProjectionSpec, warps: int, tiles: int = 1, rows_bucket: int = 0) -> int:
-    """MLX_METILE_CUDA_MMA_STAGES (2..8), else MAX_STAGES; fewer while the
-    block's rings exceed ring_budget(warps), or WIDE_RING_KB for 2 tiles at WIDE_RING_ROWS rows."""
-    stages = mma_override("stages") or MAX_STAGES
-    budget = ring_budget(warps)
+def ring_stages(
+    spec: ProjectionSpec, warps: int, tiles: int = 1, rows_bucket: int = 0, ring: tuple[int, int] = (0, 0)
+) -> int:
+    """MLX_METILE_CUDA_MMA_STAGES (2..8), else `ring`'s stages (dense_ring), else MAX_STAGES; fewer
+    while the block's rings exceed `ring`'s KB, else ring_budget(warps), or WIDE_RING_KB for 2
+    tiles at WIDE_RING_ROWS rows."""
+    stages = mma_override("stages") or ring[1] or MAX_STAGES
+    budget = ring[0] * 1024 or ring_budget(warps)
     wide_ring = tiles == 2 and rows_bucket >= WIDE_RING_ROWS and spec.weights[0].quantized  # (dense: unmeasured)
     # only where 2 stages do not fit the usual budget (elsewhere the stages stay as they were)
     if (
@@ -179,6 +182,30 @@ def ring_stages(spec: ProjectionSpec, warps: int, tiles: int = 1, rows_bucket: i
     while stages > 1 and warps * stages * slot_bytes(spec, tiles) > budget:
         stages -= 1
     return stages
+
+
+# Dense weights' rings in dynamic shared memory, per column layout and row bucket (they move
+# loads only). H200, kernel alone (bench/results/h200-ab-2026-11-30-session14.json, call 8):
+# in TILES at 16-32 rows, a 100 KB budget (two tiles of 2 stages: x loaded once for 32 columns)
+# 1.11-1.19x on bf16 4096 -> 14336 (0.97x at 1-8 rows); one tile (ONE_TILE, and DEEP, which for
+# dense weights differs only in name) at 1-4 rows, 3 stages in 80 KB: 1.04-1.07x on 14336 -> 4096
+# and 1.02-1.03x on 4096 -> 4096 (0.92-0.99x at 16-32 rows).
+DENSE_WIDE_RING = (100, 0)  # (KB, stages: 0 as many as fit)
+DENSE_DEEP_RING = (80, 3)
+
+
+def dense_ring(spec: ProjectionSpec, layout: int, rows_bucket: int) -> tuple[int, int]:
+    """(KB, stages) of the staged rings of dense weights where a rule above applies, else (0, 0):
+    the defaults (also off the staged ring). MLX_METILE_CUDA_MMA_SMEM or _STAGES set: (0, 0), the
+    knobs rule."""
+    knobs = mma_override("smem") is not None or mma_override("stages") is not None
+    if spec.weights[0].quantized or knobs or not stageable(spec):
+        return (0, 0)
+    if layout == TILES and rows_bucket >= 16:
+        return DENSE_WIDE_RING
+    if layout in (ONE_TILE, DEEP) and rows_bucket <= 4:
+        return DENSE_DEEP_RING
+    return (0, 0)
 
 
 # Several tiles per block only for products at least this wide and deep. Narrower outputs:
@@ -252,8 +279,8 @@ def staged_max_tiles(spec: ProjectionSpec, warps: int, layout: int = TILES, rows
         return 4 if mma_override("tiles") is not None else 1
     if layout != TILES:
         return 1
-    tiles = 4
-    while tiles > 1 and ring_stages(spec, warps, tiles, rows_bucket) < 2:
+    tiles, ring = 4, dense_ring(spec, layout, rows_bucket)
+    while tiles > 1 and ring_stages(spec, warps, tiles, rows_bucket, ring) < 2:
         tiles //= 2
     return tiles
 
@@ -312,7 +339,8 @@ def stageable(spec: ProjectionSpec) -> bool:
 
 def staged(spec: ProjectionSpec, schedule) -> bool:
     """A stageable spec whose block's rings (warps x tiles) fit two or more stages."""
-    return stageable(spec) and ring_stages(spec, schedule.SG, schedule.BN // TILE, schedule.BM) >= 2
+    ring = (schedule.ring_kb, schedule.ring_stages)
+    return stageable(spec) and ring_stages(spec, schedule.SG, schedule.BN // TILE, schedule.BM, ring) >= 2
 
 
 def gate_up_16(spec: ProjectionSpec, rows_bucket: int) -> bool:
@@ -352,7 +380,7 @@ class StagedMMALowering(MMALowering):
         self.scales_at = self.nrows * self.stride
         self.biases_at = self.scales_at + self.nrows * self.scale_bytes
         self.slot = slot_bytes(spec, self.tiles)
-        self.stages = ring_stages(spec, schedule.SG, self.tiles, schedule.BM)
+        self.stages = ring_stages(spec, schedule.SG, self.tiles, schedule.BM, (schedule.ring_kb, schedule.ring_stages))
         if self.stages < 2 and not schedule.xshare:  # (shared x sizes its own rings)
             raise LowerError(f"{program.name}: the staged rings of {self.tiles} tiles do not fit 2 stages")
         self.pieces = self.nrows * self.row_bytes // 16 // 32  # 16-byte copies per lane per stage

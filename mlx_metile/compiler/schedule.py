@@ -53,6 +53,8 @@ class Schedule:
     splits: int = 0  # mma: K ranges (the sum order), a multiple of SG; 0 for SG (one per warp)
     blocks: int = 0  # mma: blocks per SM to ask for (caps registers); 0 for the row bucket's setting
     xshare: int = 0  # mma: warps that each own NC columns over all of K, sharing x (lower_mma_xshare); 0: K-split warps
+    ring_kb: int = 0  # mma, staged: KB of shared memory the rings may take (lower_mma_staged.dense_ring); 0 default
+    ring_stages: int = 0  # mma, staged: stages of the rings (the same); 0 as many as fit
 
     @property
     def BN(self) -> int:
@@ -135,13 +137,15 @@ def choose(
     mma_splits: int = 0,
     mma_blocks: int = 0,
     mma_xshare: int = 0,
+    mma_ring: tuple[int, int] = (0, 0),
 ) -> Schedule:
     """`mma_chunk` (CUDA, sm_80+, a spec lower_mma accepts): the k per tensor-core
     chunk; then rows 1..32 take the `mma` schedule, with `mma_warps` warps per
     block (0: lower_mma's setting) and at most `mma_max_tiles` 16-column tiles;
     `mma_splits` K ranges (0: one per warp; else a multiple of the warps); `mma_blocks`
     blocks per SM to ask for (0: the row bucket's setting); `mma_xshare` warps per block that
-    each own their columns over all of K and share x (lower_mma_xshare; 0: K-split warps)."""
+    each own their columns over all of K and share x (lower_mma_xshare; 0: K-split warps); `mma_ring` the staged rings' (KB, stages), (0, 0) for
+    the defaults (lower_mma_staged.dense_ring)."""
     vk = k_per_lane(weight_bits, group_sizes, weight_dtypes)
     if mma_chunk and rows <= MAX_ROWS_PER_PROGRAM:
         # W warps splitting K over T tiles of 16 columns; 8-row tiles of x (so 1..8 rows share one kernel)
@@ -169,7 +173,20 @@ def choose(
         splits = mma_splits if mma_warps and mma_splits > mma_warps else 0  # else one K range per warp
         warps, tiles = mma_shape(bm, accumulators, mma_warps, mma_max_tiles, splits)
         nc = TILE * tiles // warps
-        return Schedule("mma", BM=bm, NC=nc, SG=warps, VK=mma_chunk // 32, U=1, C=1, splits=splits, blocks=mma_blocks)
+        ring_kb, ring_stages = mma_ring
+        return Schedule(
+            "mma",
+            BM=bm,
+            NC=nc,
+            SG=warps,
+            VK=mma_chunk // 32,
+            U=1,
+            C=1,
+            splits=splits,
+            blocks=mma_blocks,
+            ring_kb=ring_kb,
+            ring_stages=ring_stages,
+        )
     if rows > MAX_ROWS_PER_PROGRAM:
         # 256 threads as 16 x 16, each 4 rows x 2 columns of a 64 x 32 tile
         return Schedule("tiled", BM=TILED_BUCKET, NC=4, SG=8, VK=vk, U=1, C=1, TM=4, TN=2, S=min(vk, 32))

@@ -332,7 +332,10 @@ def test_cuda_variants_on_the_cpu_match_float64(monkeypatch, spec, K, N, setting
     compile_projection.cache_clear()
     art = compile_projection(spec, 16, "cuda")
     assert art.schedule.kind == "mma"
-    assert (art.dynamic_shared > 48 * 1024) == ("SMEM" in settings), art.dynamic_shared
+    from mlx_metile.compiler.lower_mma_staged import TILES, dense_ring
+
+    # over 48 KB: the SMEM knob, or dense weights' wide rings at 16 rows (dense_ring)
+    assert (art.dynamic_shared > 48 * 1024) == ("SMEM" in settings or dense_ring(spec, TILES, 16) != (0, 0))
     case = Case(spec, K, N, rows=16)
     alone = case.run(8, 1)
     got = case.run(16, 16)
@@ -486,3 +489,26 @@ def test_shared_x_over_the_shared_memory_of_a_block_is_refused(monkeypatch):
     _set(monkeypatch, {"XSHARE": "8", "TILES": "4", "STAGES": "8"})
     with pytest.raises(LowerError, match="shared memory"):
         compile_projection(ProjectionSpec("bf16", (q4,), k_multiple=256), 16, "cuda", 0)
+
+
+def test_dense_rings_in_dynamic_shared_memory_give_the_bits_of_the_48_kb_ones(monkeypatch):
+    """lower_mma_staged.dense_ring: dense weights take two tiles in a 100 KB ring at 16-32 rows
+    of wide products, and 3 stages in 80 KB at 1-4 rows of one-tile ones; both move loads only,
+    so every output bit equals the 48 KB ring's (MLX_METILE_CUDA_MMA_SMEM=48)."""
+    from mlx_metile.compiler.lower_mma_staged import DEEP, ONE_TILE, TILES
+
+    spec = ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256)
+    case = Case(spec, 512, 48, rows=16)
+    for layout, bucket, rows, bn, stages in ((TILES, 16, 16, 32, 2), (ONE_TILE, 4, 3, 16, 3), (DEEP, 4, 4, 16, 3)):
+        _set(monkeypatch, {})
+        art = compile_projection(spec, bucket, "cuda", layout)
+        assert art.schedule.BN == bn and art.dynamic_shared > 48 * 1024, (layout, bucket)
+        assert f"metile_cp_wait<{stages - 2}>" in art.source, (layout, bucket)
+        wide = case.run(bucket, rows, layout)
+        case.check(wide, rows, f"dense ring layout={layout} rows={rows}")
+        _set(monkeypatch, {"SMEM": "48"})
+        assert compile_projection(spec, bucket, "cuda", layout).dynamic_shared == 0
+        assert all(np.array_equal(a, b) for a, b in zip(wide, case.run(bucket, rows, layout))), (layout, bucket)
+        monkeypatch.delenv("MLX_METILE_CUDA_MMA_SMEM")
+    _set(monkeypatch, {})
+    assert compile_projection(spec, 8, "cuda", ONE_TILE).dynamic_shared == 0  # 8 rows: the 48 KB ring
