@@ -270,6 +270,21 @@ SUITE_Q8PAD = {"q8g64_gateup_fused_q8pad": (["--format", "q8g64", "--pool", "4",
 for k, n in ((4096, 14336), (14336, 4096), (4096, 4096)):
     args = shape("q8g64", k, n, 16 if k * n < 2**25 else 8)
     SUITE_Q8PAD[f"q8g64_{k}x{n}_q8pad"] = ([*args, "--rows", "1,4,8,16,32"], Q8PAD)
+# s14-small: 1-8 rows of 4-bit and 8-bit group 64 with the new padding: bigger stages (GROUPS=8),
+# deeper rings (3-4 stages in dynamic shared memory), 5 blocks per SM, one tile.
+SMALL = [
+    "default=",
+    f"g8={E}GROUPS=8",
+    f"s3={E}STAGES=3;{E}SMEM=64",
+    f"s4={E}STAGES=4;{E}SMEM=80",
+    f"mb5={E}MINBLOCKS=5",
+    f"t1={E}TILES=1",
+]
+SUITE_SMALL = {}
+for fmt in ("q4g64", "q8g64"):
+    SUITE_SMALL[f"{fmt}_gateup_fused_small"] = (["--format", fmt, "--pool", "4", "--rows", "1,4,8"], SMALL)
+    for k, n in ((4096, 14336), (14336, 4096)):
+        SUITE_SMALL[f"{fmt}_{k}x{n}_small"] = ([*shape(fmt, k, n, 8), "--rows", "1,4,8"], SMALL)
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -287,6 +302,7 @@ SUITES = {
     "s14-retune": SUITE_RETUNE,
     "s14-densering": SUITE_DENSERING,
     "s14-q8pad": SUITE_Q8PAD,
+    "s14-small": SUITE_SMALL,
 }
 
 
