@@ -5,11 +5,16 @@ warps per block; 0 off) for any wide product at 16-32 rows.
 In the K-split kernel (lower_mma_staged) every warp of a block takes its own K range of the
 block's columns, so each warp loads its own x - 16-32 rows of it per chunk, from global memory,
 into registers held through a stage (64 of a lane's registers for a 4-bit product at 16 rows;
-178 in all, 2 blocks per SM on the H200) - and x is read once per block of 16-32 columns. Here each of the C warps owns its own
-T 16-column tiles over the whole of K, the block copies each stage of x once into shared memory
-(cp.async, beside the warps' weight rings, one barrier a stage), and the warps read a chunk's x
-from there just before its math: x is read from global memory once per C x 16 T columns, its
-latency hidden by the ring, its registers one chunk's.
+178 in all, 2 blocks per SM on the H200) - and x is read once per block of 16-32 columns. Here
+each of the C warps owns its own T 16-column tiles over the whole of K, the block copies each
+stage of x once into shared memory (cp.async, beside the warps' weight rings, one barrier a
+stage), and the warps read a chunk's x from there just before its math: x is read from global
+memory once per C x 16 T columns, its latency hidden by the ring, its registers one chunk's.
+What it costs: one warp per 16 T columns over all of K, so a grid has a quarter of the K-split
+kernel's warps; on 4-bit 4096 -> 14336 at 16 rows its 104 registers would let 4 blocks share
+an SM, but the 224 blocks are 0.42 waves (Nsight Compute, bench/results/ncu/
+h200-2026-11-30-session14-*), and it ran 0.84x. It pays for the 4-bit gate/up at 32 rows,
+whose K-split kernel spills at 255 registers.
 
 The sum order is the K-split kernel's, bit for bit: a warp walks the spec's K ranges (the
 warps' ranges of the K-split kernel) in order with the same per-chunk math, and at the end of
@@ -33,10 +38,11 @@ STAGES = 2  # stages of the rings (x and weights) by default; MLX_METILE_CUDA_MM
 # The default: 4 warps, 2 stages, for the SwiGLU gate/up of 4-bit weights at 32 rows. H200, kernel
 # alone (bench/results/h200-ab-2026-11-30-session14.json, two calls): 1.12x / 1.12x (group 64) and
 # 1.14x / 1.09x (group 128) on 4096 -> 2 x 14336 at 32 rows; at 16 rows, for single products and
-# for 8-bit weights 0.63-1.05x over every setting tried, so not there.
+# for 8-bit weights 0.63-1.05x over every setting tried, so not there. Through MLX, the Llama
+# gate/up+SwiGLU at 32 rows 1.11-1.17x the K-split kernel (2.14-2.27x stock, call 3).
 DEFAULT_WARPS = 4
-MAX_DYNAMIC_SHARED = 227 * 1024  # what sm_90 gives one block
 DEFAULT_ROWS = 32
+MAX_DYNAMIC_SHARED = 227 * 1024  # what sm_90 gives one block
 
 
 def xshare_default(spec: ProjectionSpec, rows_bucket: int) -> bool:
