@@ -604,16 +604,13 @@ class MMALowering(_Lowering):
         body.append(Decl("f32", "red", None, dims=(self.splits, nacc, self.tiles, self.rt, 4, 32), shared=True))
 
     # -- the kernel -------------------------------------------------------------
-    def lower(self) -> KernelDef:
-        s, spec = self.s, self.spec
-        body: list = []
-        root = _Scope(body)
-        order = self.prologue(body, root)
-        nacc = len(order)
+    def begin(self, body: list, root: _Scope) -> tuple[int, str, list[str]]:
+        """The prologue into `body`; (accumulators, the MMA helper's name, the first lines of the
+        kernel: the warp, the lane's g and t, and the K split)."""
+        spec = self.spec
+        nacc = len(self.prologue(body, root))
         if nacc != (2 if spec.epilogue == "swiglu" else 1):
             raise LowerError(f"{self.p.name}: unexpected accumulators for the mma schedule")
-        rt, tiles = self.rt, self.tiles
-        mma = "metile_mma_bf16" if spec.act_dtype == "bf16" else "metile_mma_f16"
         self.use_helper("cuda_mma")
         if self.q8_split:
             self.use_helper("cuda_q8split")
@@ -623,6 +620,14 @@ class MMALowering(_Lowering):
             "const int t = threadIdx.x & 3;",
             *self.k_split(),
         ]
+        return nacc, "metile_mma_bf16" if spec.act_dtype == "bf16" else "metile_mma_f16", lines
+
+    def lower(self) -> KernelDef:
+        s, spec = self.s, self.spec
+        body: list = []
+        root = _Scope(body)
+        nacc, mma, lines = self.begin(body, root)
+        rt, tiles = self.rt, self.tiles
         for r in range(rt):
             lines.append(f"const int xrow{r} = pid1 * {s.BM} + {8 * r} + g;")
             lines.append(f"const bool xok{r} = xrow{r} < M;")

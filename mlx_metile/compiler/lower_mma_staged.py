@@ -361,6 +361,14 @@ def gate_up_16(spec: ProjectionSpec, rows_bucket: int) -> bool:
     )
 
 
+def ring_declaration(ring_bytes: int) -> str:
+    """`metile_ring`, the block's shared memory for its rings: static up to what a kernel may
+    declare (48 KB), else dynamic, sized at launch (the kernel's dynamic_shared)."""
+    if ring_bytes > SMEM_LIMIT:
+        return "extern __shared__ __align__(16) unsigned char metile_ring[];"
+    return f"__shared__ __align__(16) unsigned char metile_ring[{ring_bytes}];"
+
+
 class StagedMMALowering(MMALowering):
     def __init__(self, program, schedule, divisors, vector_buffers, spec: ProjectionSpec):
         super().__init__(program, schedule, divisors, vector_buffers, spec)
@@ -575,12 +583,8 @@ class StagedMMALowering(MMALowering):
         # two K ranges per warp: the first range's partial sums wait after the ring
         early_at = ring_bytes
         ring_bytes = self.ring_bytes = ring_bytes + (self.red_bytes(nacc) // 2 if self.per_warp > 1 else 0)
-        if ring_bytes > SMEM_LIMIT:  # over what a kernel may declare: sized at launch (see lower)
-            ring = "extern __shared__ __align__(16) unsigned char metile_ring[];"
-        else:
-            ring = f"__shared__ __align__(16) unsigned char metile_ring[{ring_bytes}];"
         lines = [
-            ring,
+            ring_declaration(ring_bytes),
             f"unsigned char* const ring = metile_ring + warp * {stages * self.slot};",
         ]
         if self.per_warp > 1:

@@ -30,7 +30,7 @@ from ..codegen.ast import KernelDef, Raw
 from ..spec import ProjectionSpec
 from .lower import LowerError, _Scope
 from .lower_mma import SMEM_LIMIT, TILE, mma_override, mma_setting
-from .lower_mma_staged import SM_SHARED, TILES, StagedMMALowering, interleaved, stageable
+from .lower_mma_staged import SM_SHARED, TILES, StagedMMALowering, interleaved, ring_declaration, stageable
 from .poly import Poly
 
 MIN_ROWS = 16  # row buckets that may share x (below, x is a few registers a chunk)
@@ -154,12 +154,8 @@ class SharedXLowering(StagedMMALowering):
                 f"{self.p.name}: shared x with {s.SG} warps, {self.tiles} tiles and {stages} stages needs "
                 f"{ring_bytes} bytes of shared memory, over the {MAX_DYNAMIC_SHARED} a block may have"
             )
-        if ring_bytes > SMEM_LIMIT:  # over what a kernel may declare: sized at launch (see lower)
-            ring = "extern __shared__ __align__(16) unsigned char metile_ring[];"
-        else:
-            ring = f"__shared__ __align__(16) unsigned char metile_ring[{ring_bytes}];"
         lines = [
-            ring,
+            ring_declaration(ring_bytes),
             f"unsigned char* const ring = metile_ring + warp * {stages * self.slot};",
             f"unsigned char* const xring = metile_ring + {s.SG * stages * self.slot};",
             f"const int nst = chunks / {groups};",
@@ -207,24 +203,10 @@ class SharedXLowering(StagedMMALowering):
 
     # -- the kernel ----------------------------------------------------------------------
     def lower(self) -> KernelDef:
-        spec = self.spec
         body: list = []
         root = _Scope(body)
-        order = self.prologue(body, root)
-        nacc = len(order)
-        if nacc != (2 if spec.epilogue == "swiglu" else 1):
-            raise LowerError(f"{self.p.name}: unexpected accumulators for the mma schedule")
-        mma = "metile_mma_bf16" if spec.act_dtype == "bf16" else "metile_mma_f16"
-        self.use_helper("cuda_mma")
-        if self.q8_split:
-            self.use_helper("cuda_q8split")
-        lines = [
-            "const int warp = threadIdx.x >> 5;",
-            "const int g = (threadIdx.x & 31) >> 2;",
-            "const int t = threadIdx.x & 3;",
-            *self.k_split(),
-            *self.column_setup(nacc),
-        ]
+        nacc, mma, lines = self.begin(body, root)
+        lines += self.column_setup(nacc)
         for j in range(nacc):
             lines.append(f"float part{j}[{self.tiles}][{self.rt}][4] = {{}};")
         lines += self.k_loop(nacc, mma)

@@ -152,40 +152,29 @@ def choose(
         from .lower_mma import TILE, mma_shape
 
         bm = max(8, row_bucket(rows))
-        if mma_xshare:
+        if mma_xshare:  # warps of their own columns over all of K (lower_mma_xshare sizes its rings)
             from .lower_mma import MAX_PARTIALS
             from .lower_mma_xshare import xshare_tiles
 
-            nc = TILE * xshare_tiles(bm, accumulators, MAX_PARTIALS)
-            ranges = mma_splits or mma_warps
-            return Schedule(
-                "mma",
-                BM=bm,
-                NC=nc,
-                SG=mma_xshare,
-                VK=mma_chunk // 32,
-                U=1,
-                C=1,
-                splits=ranges,
-                blocks=mma_blocks,
-                xshare=mma_xshare,
-            )
-        splits = mma_splits if mma_warps and mma_splits > mma_warps else 0  # else one K range per warp
-        warps, tiles = mma_shape(bm, accumulators, mma_warps, mma_max_tiles, splits)
-        nc = TILE * tiles // warps
-        ring_kb, ring_stages = mma_ring
+            sg, nc = mma_xshare, TILE * xshare_tiles(bm, accumulators, MAX_PARTIALS)
+            splits, ring = mma_splits or mma_warps, (0, 0)
+        else:
+            splits = mma_splits if mma_warps and mma_splits > mma_warps else 0  # else one K range per warp
+            sg, tiles = mma_shape(bm, accumulators, mma_warps, mma_max_tiles, splits)
+            nc, ring = TILE * tiles // sg, mma_ring
         return Schedule(
             "mma",
             BM=bm,
             NC=nc,
-            SG=warps,
+            SG=sg,
             VK=mma_chunk // 32,
             U=1,
             C=1,
             splits=splits,
             blocks=mma_blocks,
-            ring_kb=ring_kb,
-            ring_stages=ring_stages,
+            xshare=mma_xshare,
+            ring_kb=ring[0],
+            ring_stages=ring[1],
         )
     if rows > MAX_ROWS_PER_PROGRAM:
         # 256 threads as 16 x 16, each 4 rows x 2 columns of a 64 x 32 tile
