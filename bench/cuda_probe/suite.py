@@ -285,6 +285,16 @@ for fmt in ("q4g64", "q8g64"):
     SUITE_SMALL[f"{fmt}_gateup_fused_small"] = (["--format", fmt, "--pool", "4", "--rows", "1,4,8"], SMALL)
     for k, n in ((4096, 14336), (14336, 4096)):
         SUITE_SMALL[f"{fmt}_{k}x{n}_small"] = ([*shape(fmt, k, n, 8), "--rows", "1,4,8"], SMALL)
+# s14-swizzle2: ring rows unpadded with the pieces swizzled by load width (SWIZZLE=2,
+# lower_mma_staged.width_swizzle): conflict-free 8- and 16-byte loads without the padding's bytes.
+SWZ2 = ["default=", f"swz2={E}SWIZZLE=2"]
+SUITE_SWZ2 = {}
+for fmt in ("q4g64", "q8g64", "q8g128", "bf16"):
+    if fmt != "bf16":
+        SUITE_SWZ2[f"{fmt}_gateup_fused_swz2"] = (["--format", fmt, "--pool", "4", "--rows", "1,4,8,16,32"], SWZ2)
+    for k, n in ((4096, 14336), (14336, 4096), (4096, 4096)):
+        args = shape(fmt, k, n, 32 if k * n < 2**25 else 8)
+        SUITE_SWZ2[f"{fmt}_{k}x{n}_swz2"] = ([*args, "--rows", "1,4,8,16,32"], SWZ2)
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -303,6 +313,7 @@ SUITES = {
     "s14-densering": SUITE_DENSERING,
     "s14-q8pad": SUITE_Q8PAD,
     "s14-small": SUITE_SMALL,
+    "s14-swizzle2": SUITE_SWZ2,
 }
 
 

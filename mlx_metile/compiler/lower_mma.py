@@ -89,7 +89,7 @@ ALLOWED = {
     "xsector": (0, 1),
     "strided": (0, 1),
     "interleave": (0, 1),
-    "swizzle": (0, 1),
+    "swizzle": (0, 1, 2),
     "late": (0, 1, 2),
     "bankpad": (0, 1),
     "xshare": (0, 2, 4, 8),  # lower_mma_xshare: warps per block sharing x, at 16-32 rows

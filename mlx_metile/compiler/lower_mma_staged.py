@@ -18,7 +18,8 @@ registers: S - 1 stages per warp while it computes one.
 
 Rows of the ring are padded (row_pad) so that the rows a shared load serves at
 once start on disjoint banks: by 32 bytes for 8-byte lane loads, 64 for dense
-weights' 16-byte ones, else 16. Until the fourteenth session every format had 16,
+weights' 16-byte ones, else 16; 8-bit group 64's 16-byte loads get there by
+swizzling unpadded rows instead (width_swizzle). Until the fourteenth session every format had 16,
 which put neighbouring rows' 8- and 16-byte loads on shared banks (Nsight Compute:
 2.7-way conflicts on the 16-row 4-bit group-64 kernel's shared loads).
 The reduction buffer of the warps' partial sums reuses the ring after the loop.
@@ -54,8 +55,28 @@ def swizzled() -> bool:
     piece ^ (row mod 8) (at most the row's pieces), which spreads a shared load's 8 rows over
     the banks as the padding does, in 512 fewer bytes per 32-row stage (so that, with
     STAGES=3 and SMEM=55, 4 warps' rings of 3 stages still let 4 blocks share an SM).
-    Moves bytes only: no sum changes."""
-    return mma_override("swizzle") == 1
+    =2: the pieces swizzled by the lanes' load width instead (width_swizzle). Moves bytes
+    only: no sum changes."""
+    return bool(mma_override("swizzle"))
+
+
+def width_swizzle(spec: ProjectionSpec) -> tuple[int, int]:
+    """(mask, multiplier) of the swizzle by load width: piece p of ring row r is stored at
+    p ^ ((r & mask) * multiplier). A shared load of w bytes a lane serves 32 / w rows at a time,
+    each row's 4 lanes reading 4 w contiguous bytes (w / 4 pieces); rows r & mask = 0 .. 32 / w - 1
+    then take disjoint pieces - disjoint banks, since unpadded rows of a multiple of 128 bytes all
+    start on bank 0 - where the legacy swizzle (=1) maps row 1's 8- and 16-byte loads onto row 0's
+    pieces. By default for quantized weights whose lanes load 16 bytes (8-bit group 64), which
+    row_pad leaves at 16 bytes of padding: H200, kernel alone (bench/results/
+    h200-ab-2026-11-30-session14.json, call 12) 1.01-1.05x on every shape and row count measured;
+    for other formats against their padding 0.80-1.05x. MLX_METILE_CUDA_MMA_SWIZZLE=2 takes it for
+    every format, =0 (or MLX_METILE_CUDA_MMA_BANKPAD set) none. Needs rows of 128 bytes or more;
+    (0, 0): no swizzle."""
+    w, setting = lane_load_bytes(spec), mma_override("swizzle")
+    default = setting is None and mma_override("bankpad") is None and spec.weights[0].quantized and w == 16
+    if not (setting == 2 or default) or stage_groups(spec) * chunk_bytes(spec) < 128:
+        return (0, 0)
+    return (32 // w - 1, w // 4)
 
 
 def lane_load_bytes(spec: ProjectionSpec) -> int:
@@ -75,13 +96,14 @@ def row_pad(spec: ProjectionSpec) -> int:
     those on disjoint banks; rows 16 bytes apart (PAD) do that for 4-byte loads only, and made
     Nsight Compute count 2.7-way bank conflicts on the 16-row 4-bit group-64 kernel's 8-byte
     loads. By default 32 bytes for 8-byte loads (4-bit group 64, 8-bit group 32, 8-bit group 128's
-    sector layout) and 64 for dense weights' 16-byte loads; 8-bit group 64's 16-byte loads keep
-    PAD (64 bytes measured slower, its rings then holding fewer stages). H200, kernel alone
+    sector layout) and 64 for dense weights' 16-byte loads; 8-bit group 64's 16-byte loads take
+    no padding but the swizzle by load width (width_swizzle; 64 bytes of padding measured slower,
+    its rings then holding fewer stages). H200, kernel alone
     (bench/results/h200-ab-2026-11-30-session14.json, call 6): dense 1.01-1.11x, 4-bit group 64
     1.00-1.04x, 8-bit group 128 1.02-1.07x; 8-bit group 64 at 64 bytes 0.55-1.07x.
     MLX_METILE_CUDA_MMA_BANKPAD=0 keeps PAD everywhere, =1 pads every format by 4 w; swizzled
     rings have none."""
-    if swizzled():
+    if mma_override("swizzle") == 1 or width_swizzle(spec) != (0, 0):
         return 0
     setting = mma_override("bankpad")
     if setting == 0:
@@ -380,9 +402,11 @@ class StagedMMALowering(MMALowering):
         self.group_bytes = chunk_bytes(spec)  # one chunk of a column: a group, or 32 dense k
         self.row_bytes = self.groups * self.group_bytes
         self.stride = self.row_bytes + row_pad(spec)
-        # swizzled rows: piece q of row r at q ^ (r & mask); r & mask is the lane's g & mask in
-        # every load (rows are 8-aligned bands plus g)
-        self.swizzle_mask = min(self.row_bytes // 16, 8) - 1 if swizzled() else 0
+        # swizzled rows: piece q of row r at q ^ ((r & mask) * mult); r & mask is the lane's
+        # g & mask in every load (rows are 8-aligned bands plus g)
+        self.swizzle_mask, self.swizzle_mult = width_swizzle(spec)
+        if mma_override("swizzle") == 1:
+            self.swizzle_mask, self.swizzle_mult = min(self.row_bytes // 16, 8) - 1, 1
         self.scale_bytes = self.groups * scale_bytes_of(spec)
         self.nrows = ring_rows(spec, self.tiles)
         self.scales_at = self.nrows * self.stride
@@ -450,7 +474,12 @@ class StagedMMALowering(MMALowering):
         or in the swizzled piece (see swizzled)."""
         if not self.swizzle_mask:
             return offset
-        return f"(((({offset}) >> 4) ^ (g & {self.swizzle_mask})) << 4 | (({offset}) & 15))"
+        return f"(((({offset}) >> 4) ^ {self.swizzled_piece('g')}) << 4 | (({offset}) & 15))"
+
+    def swizzled_piece(self, row: str) -> str:
+        """What a row's pieces are XOR-ed with (row: a C expression)."""
+        masked = f"({row} & {self.swizzle_mask})" if row.isidentifier() else f"(({row}) & {self.swizzle_mask})"
+        return f"({masked} * {self.swizzle_mult})" if self.swizzle_mult > 1 else masked
 
     # -- global -> shared --------------------------------------------------------
     def source(self, j: int, col: str, addr) -> list[str]:
@@ -476,7 +505,15 @@ class StagedMMALowering(MMALowering):
         MLX_METILE_CUDA_MMA_STRIDED says."""
         one_each = all(len(self.members(j)) == 1 for j in range(nacc))
         wanted = mma_setting("strided", self.s.BM) == 1 or gate_up_16(self.spec, self.s.BM)
-        return wanted and one_each and not self.swizzle_mask
+        # swizzled: only where a lane's rows (rows_per_copy apart) share their swizzle
+        rows_per_copy = 32 // (self.row_bytes // 16)
+        same_swizzle = not self.swizzle_mask or rows_per_copy % (self.swizzle_mask + 1) == 0
+        return wanted and one_each and same_swizzle
+
+    def copy_piece(self, row: str, per_row: int) -> str:
+        """The piece of ring row `row` a lane's 16-byte copy fills: its own, or swizzled."""
+        piece = f"(lane % {per_row})"
+        return f"({piece} ^ {self.swizzled_piece(row)})" if self.swizzle_mask else piece
 
     def copy_setup(self, nacc: int) -> list[str]:
         """Per lane, before the loop: its copy pieces' sources (at stage 0 of K)
@@ -490,7 +527,7 @@ class StagedMMALowering(MMALowering):
         if strided:
             lines += [
                 f"const size_t cw_row = {row_bytes};",
-                f"const int cwd = (lane / {per_row}) * {self.stride} + (lane % {per_row}) * 16;",
+                f"const int cwd = (lane / {per_row}) * {self.stride} + {self.copy_piece(f'lane / {per_row}', per_row)} * 16;",
             ]
             for j in range(nacc):
                 m, col = self.members(j)[0], f"{self.col_base()} + lane / {per_row}"
@@ -510,9 +547,7 @@ class StagedMMALowering(MMALowering):
             lines += ["  " + ln for ln in self.source(j, col, weight)]
             lines.append(f"  cw{i} = src; cwok{i} = ok;")
             lines.append("}")
-            piece = f"(lane % {per_row})"
-            if self.swizzle_mask:
-                piece = f"({piece} ^ (({first} + lane / {per_row}) & {self.swizzle_mask}))"
+            piece = self.copy_piece(f"{first} + lane / {per_row}", per_row)
             lines.append(f"const int cwd{i} = ({first} + lane / {per_row}) * {self.stride} + {piece} * 16;")
         declared = [f"const char* cw{i}; bool cwok{i};" for i in range(0 if strided else self.pieces)]
         if not w.quantized:

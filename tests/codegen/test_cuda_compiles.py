@@ -282,7 +282,7 @@ def test_swizzled_rings_are_unpadded_and_fit_three_stages_in_four_blocks(fresh_k
 
 def test_staged_settings_are_checked(fresh_kernels, monkeypatch):
     spec = STAGED_SPECS[0][0]
-    for var, bad in (("GROUPS", "3"), ("STAGES", "9"), ("MINBLOCKS", "x"), ("INTERLEAVE", "2"), ("SWIZZLE", "2")):
+    for var, bad in (("GROUPS", "3"), ("STAGES", "9"), ("MINBLOCKS", "x"), ("INTERLEAVE", "2"), ("SWIZZLE", "3")):
         monkeypatch.setenv(f"MLX_METILE_CUDA_MMA_{var}", bad)
         with pytest.raises(ValueError, match=f"MLX_METILE_CUDA_MMA_{var}"):
             compile_projection(spec, 1, "cuda")

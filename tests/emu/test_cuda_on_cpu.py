@@ -512,3 +512,35 @@ def test_dense_rings_in_dynamic_shared_memory_give_the_bits_of_the_48_kb_ones(mo
         monkeypatch.delenv("MLX_METILE_CUDA_MMA_SMEM")
     _set(monkeypatch, {})
     assert compile_projection(spec, 8, "cuda", ONE_TILE).dynamic_shared == 0  # 8 rows: the 48 KB ring
+
+
+WIDTH_SWIZZLE = [  # (spec, K, N, settings): the swizzle by load width (lower_mma_staged.width_swizzle)
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),), k_multiple=256), 1024, 48, {}),  # the default at 8-bit g64
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),) * 2, "swiglu", k_multiple=256), 512, 40, {}),
+    (ProjectionSpec("bf16", (q4,), k_multiple=256), 1024, 40, {"SWIZZLE": "2"}),  # 8-byte loads
+    (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 512, 48, {"SWIZZLE": "2"}),  # dense
+]
+
+
+@pytest.mark.parametrize(
+    "spec,K,N,settings", WIDTH_SWIZZLE, ids=[f"{c[0].name()}-{','.join(c[3]) or 'default'}" for c in WIDTH_SWIZZLE]
+)
+def test_rings_swizzled_by_load_width_give_the_bits_of_padded_ones(monkeypatch, spec, K, N, settings):
+    """Unpadded ring rows whose 16-byte pieces are swizzled by the lanes' load width move bytes
+    only: at 8, 16 and 32 rows (strided copies at 32) every output bit is the padded ring's
+    (MLX_METILE_CUDA_MMA_SWIZZLE=0)."""
+    from mlx_metile.compiler.lower_mma_staged import width_swizzle
+
+    _set(monkeypatch, settings)
+    assert width_swizzle(spec) != (0, 0)
+    case = Case(spec, K, N, rows=32)
+    for bucket, rows, layout in ((8, 5, 1), (16, 16, 0), (32, 32, 0)):
+        _set(monkeypatch, settings)
+        art = compile_projection(spec, bucket, "cuda", layout)
+        assert " * 4)" in art.source or " * 2)" in art.source, "not swizzled by width"
+        swizzled = case.run(bucket, rows, layout)
+        case.check(swizzled, rows, f"{spec.name()} width swizzle rows={rows}")
+        _set(monkeypatch, {"SWIZZLE": "0"})
+        padded = case.run(bucket, rows, layout)
+        assert all(np.array_equal(a, b) for a, b in zip(swizzled, padded)), (spec.name(), bucket)
+        monkeypatch.delenv("MLX_METILE_CUDA_MMA_SWIZZLE")
