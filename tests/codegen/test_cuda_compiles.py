@@ -513,3 +513,24 @@ def test_q8_split_is_default_and_its_constants_are_exact(fresh_kernels, monkeypa
     compile_projection.cache_clear()
     with pytest.raises(ValueError, match="MLX_METILE_CUDA_MMA_Q8SPLIT"):
         compile_projection(q8, 1, "cuda")
+
+
+def test_ring_rows_are_padded_by_the_lanes_load_width(fresh_kernels, monkeypatch):
+    """lower_mma_staged.row_pad: 4 lanes' bytes of a row - 32 for 8-byte loads, 64 for dense
+    16-byte ones, 16 for 4-byte ones; 8-bit group 64 (16-byte loads) unpadded and swizzled by
+    width instead. BANKPAD=0: 16 everywhere; =1: 4 x the load width everywhere."""
+    from mlx_metile.compiler.lower_mma_staged import lane_load_bytes, row_pad, width_swizzle
+
+    def spec(f):
+        return ProjectionSpec("bf16", (f,), k_multiple=256)
+
+    q4g64, q4g128, q8g64, q8g128 = (WeightFormat("bf16", b, g) for b, g in ((4, 64), (4, 128), (8, 64), (8, 128)))
+    dense = WeightFormat("bf16")
+    cases = {q4g64: (8, 32), q4g128: (4, 16), q8g64: (16, 0), q8g128: (8, 32), dense: (16, 64)}
+    for f, (width, pad) in cases.items():
+        assert (lane_load_bytes(spec(f)), row_pad(spec(f))) == (width, pad), f
+    assert width_swizzle(spec(q8g64)) == (1, 4) and width_swizzle(spec(q4g64)) == (0, 0)
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_BANKPAD", "0")
+    assert {row_pad(spec(f)) for f in cases} == {16} and width_swizzle(spec(q8g64)) == (0, 0)
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_BANKPAD", "1")
+    assert [row_pad(spec(f)) for f in cases] == [32, 16, 64, 32, 64]

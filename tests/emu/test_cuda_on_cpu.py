@@ -532,12 +532,13 @@ def test_rings_swizzled_by_load_width_give_the_bits_of_padded_ones(monkeypatch, 
     from mlx_metile.compiler.lower_mma_staged import width_swizzle
 
     _set(monkeypatch, settings)
-    assert width_swizzle(spec) != (0, 0)
+    mask, mult = width_swizzle(spec)
+    assert (mask, mult) != (0, 0)
     case = Case(spec, K, N, rows=32)
     for bucket, rows, layout in ((8, 5, 1), (16, 16, 0), (32, 32, 0)):
         _set(monkeypatch, settings)
         art = compile_projection(spec, bucket, "cuda", layout)
-        assert " * 4)" in art.source or " * 2)" in art.source, "not swizzled by width"
+        assert f"^ ((g & {mask}) * {mult})" in art.source, "the lanes' shared loads are not swizzled by width"
         swizzled = case.run(bucket, rows, layout)
         case.check(swizzled, rows, f"{spec.name()} width swizzle rows={rows}")
         _set(monkeypatch, {"SWIZZLE": "0"})
