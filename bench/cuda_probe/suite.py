@@ -23,6 +23,22 @@ def shape(fmt: str, k: int, n: int, pool: int) -> list[str]:
     return ["--format", fmt, "--epilogue", "none", "--k", str(k), "--n", str(n), "--pool", str(pool)]
 
 
+def pool_by_size(k: int, n: int) -> int:
+    return 32 if k * n < 2**25 else 8
+
+
+def format_suite(tag: str, variants: list[str], fmts, shapes, rows: str, pool=pool_by_size) -> dict:
+    """Each format's fused gate/up (quantized formats) and its products of `shapes` ((K, N)),
+    at `rows`, named <format>_<shape>_<tag>."""
+    suite = {}
+    for fmt in fmts:
+        if fmt != "bf16":
+            suite[f"{fmt}_gateup_fused_{tag}"] = (["--format", fmt, "--pool", "4", "--rows", rows], variants)
+        for k, n in shapes:
+            suite[f"{fmt}_{k}x{n}_{tag}"] = ([*shape(fmt, k, n, pool(k, n)), "--rows", rows], variants)
+    return suite
+
+
 # name: (harness arguments, variants); the first variant is each file's default and reference.
 # The questions of session 7, answered in bench/results/h200-ab-2026-11-29-session7.json (earlier
 # sessions' suites and answers: the other h200-ab-*.json). SUITES holds calls 8-10 (below); the
@@ -193,10 +209,9 @@ XSHARE = [
     f"xs4mb3={E}XSHARE=4;{E}MINBLOCKS=3",
     f"xs2mb4={E}XSHARE=2;{E}MINBLOCKS=4",
 ]
-SUITE_XSHARE = {}
-for fmt in ("q4g64", "q8g64", "q4g128"):
-    SUITE_XSHARE[f"{fmt}_gateup_fused_xshare"] = (["--format", fmt, "--pool", "4", "--rows", "16,32"], XSHARE)
-    SUITE_XSHARE[f"{fmt}_4096x14336_xshare"] = ([*shape(fmt, 4096, 14336, 8), "--rows", "16,32"], XSHARE)
+SUITE_XSHARE = format_suite(
+    "xshare", XSHARE, ("q4g64", "q8g64", "q4g128"), ((4096, 14336),), "16,32", pool=lambda k, n: 8
+)
 # s14-xshare2: two stages and two tiles per warp (the x sums and x pairs, which every warp
 # computes, then serve 32 columns), the first call's best (xs4s2) again.
 XSHARE2 = [
@@ -207,33 +222,26 @@ XSHARE2 = [
     f"xs4t2s2={E}XSHARE=4;{E}TILES=2;{E}STAGES=2",
     f"xs8s2={E}XSHARE=8;{E}STAGES=2",
 ]
-SUITE_XSHARE2 = {}
-for fmt in ("q4g64", "q8g64", "q4g128", "q8g128"):
-    SUITE_XSHARE2[f"{fmt}_gateup_fused_xshare2"] = (["--format", fmt, "--pool", "4", "--rows", "16,32"], XSHARE2)
-    SUITE_XSHARE2[f"{fmt}_4096x14336_xshare2"] = ([*shape(fmt, 4096, 14336, 8), "--rows", "16,32"], XSHARE2)
+SUITE_XSHARE2 = format_suite(
+    "xshare2", XSHARE2, ("q4g64", "q8g64", "q4g128", "q8g128"), ((4096, 14336),), "16,32", pool=lambda k, n: 8
+)
 # s14-bankpad: ring rows padded by the 4 lanes' bytes of a row (lower_mma_staged.row_pad; Nsight
 # Compute counted 2.7-way bank conflicts on the 16-row 4-bit kernel's shared loads) against 16 bytes.
 BANKPAD = ["default=", f"bankpad={E}BANKPAD=1"]
-SUITE_BANKPAD = {}
-for fmt in ("q4g64", "q8g64", "q4g128", "q8g128", "bf16"):
-    if fmt != "bf16":
-        SUITE_BANKPAD[f"{fmt}_gateup_fused_bankpad"] = (
-            ["--format", fmt, "--pool", "4", "--rows", "1,4,8,16,32"],
-            BANKPAD,
-        )
-    for k, n in ((4096, 14336), (14336, 4096), (4096, 4096)):
-        args = shape(fmt, k, n, 32 if k * n < 2**25 else 8)
-        SUITE_BANKPAD[f"{fmt}_{k}x{n}_bankpad"] = ([*args, "--rows", "1,4,8,16,32"], BANKPAD)
+LLAMA_SHAPES = ((4096, 14336), (14336, 4096), (4096, 4096))
+SUITE_BANKPAD = format_suite(
+    "bankpad", BANKPAD, ("q4g64", "q8g64", "q4g128", "q8g128", "bf16"), LLAMA_SHAPES, "1,4,8,16,32"
+)
 # s14-bankpad2: the adopted row_pad (32 bytes for 8-byte loads, 64 dense) against 16 bytes everywhere
 # (BANKPAD=0), with Qwen's shapes (whose SPREAD and ONE_WAVE layouts size rings differently).
 PAD16 = ["default=", f"pad16={E}BANKPAD=0"]
-SUITE_BANKPAD2 = {}
-for fmt in ("q4g64", "q8g64", "q4g128", "q8g128", "bf16"):
-    if fmt != "bf16":
-        SUITE_BANKPAD2[f"{fmt}_gateup_fused_pad"] = (["--format", fmt, "--pool", "4", "--rows", "1,4,8,16,32"], PAD16)
-    for k, n in ((4096, 14336), (14336, 4096), (4096, 4096), (1536, 8960), (8960, 1536)):
-        args = shape(fmt, k, n, 32 if k * n < 2**25 else 8)
-        SUITE_BANKPAD2[f"{fmt}_{k}x{n}_pad"] = ([*args, "--rows", "1,4,8,16,32"], PAD16)
+SUITE_BANKPAD2 = format_suite(
+    "pad",
+    PAD16,
+    ("q4g64", "q8g64", "q4g128", "q8g128", "bf16"),
+    (*LLAMA_SHAPES, (1536, 8960), (8960, 1536)),
+    "1,4,8,16,32",
+)
 # s14-retune: with the rows padded by load width, the ring's depth and blocks per SM again (dense:
 # 3-4 stages in dynamic shared memory, 16 warps; 4-bit at 16-32 rows: LATE=2 and 3 blocks per SM).
 RETUNE_DENSE = [
@@ -253,10 +261,9 @@ for fmt in ("q4g64", "q8g128"):
     SUITE_RETUNE[f"{fmt}_gateup_fused_retune"] = (["--format", fmt, "--pool", "4", "--rows", "16"], RETUNE_Q4)
 # s14-densering: the adopted dense rings (lower_mma_staged.dense_ring) against the 48 KB default.
 OLD_RING = ["default=", f"ring48={E}SMEM=48"]
-SUITE_DENSERING = {}
-for k, n in ((4096, 14336), (14336, 4096), (4096, 4096)):
-    args = shape("bf16", k, n, 4 if k * n > 2**25 else 16)
-    SUITE_DENSERING[f"bf16_{k}x{n}_ring"] = ([*args, "--rows", "1,2,4,8,16,32"], OLD_RING)
+SUITE_DENSERING = format_suite(
+    "ring", OLD_RING, ("bf16",), LLAMA_SHAPES, "1,2,4,8,16,32", pool=lambda k, n: 4 if k * n > 2**25 else 16
+)
 # s14-q8pad: 8-bit group 64 with rows padded by 64 bytes (its 16-byte loads), given the shared
 # memory that keeps its stages (call 6: 0.55-1.07x within 48 KB).
 Q8PAD = [
@@ -266,10 +273,9 @@ Q8PAD = [
     f"bp1s80={E}BANKPAD=1;{E}SMEM=80",
     f"s64={E}SMEM=64",
 ]
-SUITE_Q8PAD = {"q8g64_gateup_fused_q8pad": (["--format", "q8g64", "--pool", "4", "--rows", "1,4,8,16,32"], Q8PAD)}
-for k, n in ((4096, 14336), (14336, 4096), (4096, 4096)):
-    args = shape("q8g64", k, n, 16 if k * n < 2**25 else 8)
-    SUITE_Q8PAD[f"q8g64_{k}x{n}_q8pad"] = ([*args, "--rows", "1,4,8,16,32"], Q8PAD)
+SUITE_Q8PAD = format_suite(
+    "q8pad", Q8PAD, ("q8g64",), LLAMA_SHAPES, "1,4,8,16,32", pool=lambda k, n: 16 if k * n < 2**25 else 8
+)
 # s14-small: 1-8 rows of 4-bit and 8-bit group 64 with the new padding: bigger stages (GROUPS=8),
 # deeper rings (3-4 stages in dynamic shared memory), 5 blocks per SM, one tile.
 SMALL = [
@@ -280,21 +286,11 @@ SMALL = [
     f"mb5={E}MINBLOCKS=5",
     f"t1={E}TILES=1",
 ]
-SUITE_SMALL = {}
-for fmt in ("q4g64", "q8g64"):
-    SUITE_SMALL[f"{fmt}_gateup_fused_small"] = (["--format", fmt, "--pool", "4", "--rows", "1,4,8"], SMALL)
-    for k, n in ((4096, 14336), (14336, 4096)):
-        SUITE_SMALL[f"{fmt}_{k}x{n}_small"] = ([*shape(fmt, k, n, 8), "--rows", "1,4,8"], SMALL)
+SUITE_SMALL = format_suite("small", SMALL, ("q4g64", "q8g64"), LLAMA_SHAPES[:2], "1,4,8", pool=lambda k, n: 8)
 # s14-swizzle2: ring rows unpadded with the pieces swizzled by load width (SWIZZLE=2,
 # lower_mma_staged.width_swizzle): conflict-free 8- and 16-byte loads without the padding's bytes.
 SWZ2 = ["default=", f"swz2={E}SWIZZLE=2"]
-SUITE_SWZ2 = {}
-for fmt in ("q4g64", "q8g64", "q8g128", "bf16"):
-    if fmt != "bf16":
-        SUITE_SWZ2[f"{fmt}_gateup_fused_swz2"] = (["--format", fmt, "--pool", "4", "--rows", "1,4,8,16,32"], SWZ2)
-    for k, n in ((4096, 14336), (14336, 4096), (4096, 4096)):
-        args = shape(fmt, k, n, 32 if k * n < 2**25 else 8)
-        SUITE_SWZ2[f"{fmt}_{k}x{n}_swz2"] = ([*args, "--rows", "1,4,8,16,32"], SWZ2)
+SUITE_SWZ2 = format_suite("swz2", SWZ2, ("q4g64", "q8g64", "q8g128", "bf16"), LLAMA_SHAPES, "1,4,8,16,32")
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
