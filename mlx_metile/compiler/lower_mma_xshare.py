@@ -1,5 +1,5 @@
 """The staged `mma` schedule with x shared by a block's warps (CUDA, 16-32 rows): by default
-only for the SwiGLU gate/up of 4-bit weights at 32 rows; MLX_METILE_CUDA_MMA_XSHARE=C (2, 4 or 8
+only for the SwiGLU gate/up of 4-bit group-64/128 weights at 32 rows; MLX_METILE_CUDA_MMA_XSHARE=C (2, 4 or 8
 warps per block; 0 off) for any wide product at 16-32 rows.
 
 In the K-split kernel (lower_mma_staged) every warp of a block takes its own K range of the
@@ -46,8 +46,10 @@ MAX_DYNAMIC_SHARED = 227 * 1024  # what sm_90 gives one block
 
 
 def xshare_default(spec: ProjectionSpec, rows_bucket: int) -> bool:
+    """The 4-bit SwiGLU gate/up at 32 rows, of the group sizes measured (64, 128)."""
     w = spec.weights[0]
-    return rows_bucket == DEFAULT_ROWS and spec.epilogue == "swiglu" and w.quantized and w.bits == 4
+    measured = w.quantized and w.bits == 4 and w.group_size in (64, 128)
+    return rows_bucket == DEFAULT_ROWS and spec.epilogue == "swiglu" and measured
 
 
 def xshare_warps(spec: ProjectionSpec, layout: int, rows_bucket: int) -> int:
@@ -81,9 +83,11 @@ class SharedXLowering(StagedMMALowering):
         self.x_per_row = self.x_row_bytes // 16  # 16-byte copies per row
         if self.s.threads % self.x_per_row:
             raise LowerError(f"{program.name}: {self.x_per_row} copies a row of x do not divide the block")
-        # a shared load's 8 rows (lanes g) on distinct banks: rows 16 bytes apart modulo 128, or
-        # 64 with the sector layout, whose 4 lanes of a row read 64 contiguous bytes
-        self.x_stride = self.x_row_bytes + (64 if self.sector else 16)
+        # a 16-byte load serves 2 rows (lanes g) at a time: rows 64 bytes apart modulo 128 where a
+        # row's 4 lanes read 64 contiguous bytes (the sector layout; 8 k a lane: group 32, dense),
+        # else 16 (group 64: the lanes' 16 bytes 32 apart, which rows 16 apart interleave)
+        contiguous = self.sector or self.quarter == 8
+        self.x_stride = self.x_row_bytes + (64 if contiguous else 16)
         self.x_slot = self.s.BM * self.x_stride
         self.x_rows_per_pass = self.s.threads // self.x_per_row
         self.x_passes = -(-self.s.BM // self.x_rows_per_pass)

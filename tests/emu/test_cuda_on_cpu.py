@@ -482,6 +482,11 @@ def test_shared_x_is_the_default_only_for_the_4_bit_gate_up_at_32_rows():
     assert compile_projection(single, 32, "cuda", 0).schedule.xshare == 0
     gate_up_q8 = ProjectionSpec("bf16", (q8, q8), "swiglu", k_multiple=256)
     assert compile_projection(gate_up_q8, 32, "cuda", 0).schedule.xshare == 0
+    g32 = WeightFormat("bf16", 4, 32)  # group 32: not measured
+    assert (
+        compile_projection(ProjectionSpec("bf16", (g32, g32), "swiglu", k_multiple=256), 32, "cuda", 0).schedule.xshare
+        == 0
+    )
 
 
 def test_shared_x_over_the_shared_memory_of_a_block_is_refused(monkeypatch):
