@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 
-from ..codegen.ast import Raw
+from ..codegen.ast import KernelDef, Raw
 from ..spec import ProjectionSpec
 from .lower import LowerError
 from .lower_mma import (
@@ -48,16 +48,6 @@ from .lower_mma import (
 )
 
 PAD = 16  # bytes after each ring row: the rows of a shared load on distinct banks
-
-
-def swizzled() -> bool:
-    """MLX_METILE_CUDA_MMA_SWIZZLE=1: ring rows unpadded, each row's 16-byte pieces stored at
-    piece ^ (row mod 8) (at most the row's pieces), which spreads a shared load's 8 rows over
-    the banks as the padding does, in 512 fewer bytes per 32-row stage (so that, with
-    STAGES=3 and SMEM=55, 4 warps' rings of 3 stages still let 4 blocks share an SM).
-    =2: the pieces swizzled by the lanes' load width instead (width_swizzle). Moves bytes
-    only: no sum changes."""
-    return bool(mma_override("swizzle"))
 
 
 def width_swizzle(spec: ProjectionSpec) -> tuple[int, int]:
@@ -77,6 +67,18 @@ def width_swizzle(spec: ProjectionSpec) -> tuple[int, int]:
     if not (setting == 2 or default) or stage_groups(spec) * chunk_bytes(spec) < 128:
         return (0, 0)
     return (32 // w - 1, w // 4)
+
+
+def ring_swizzle(spec: ProjectionSpec) -> tuple[int, int]:
+    """(mask, multiplier) of the ring's swizzle, rows then unpadded (row_pad); (0, 0) for none.
+    MLX_METILE_CUDA_MMA_SWIZZLE=1: each row's 16-byte pieces at piece ^ (row mod 8) (at most the
+    row's pieces), which spreads a 4-byte shared load's 8 rows over the banks as 16 bytes of
+    padding do, in 512 fewer bytes per 32-row stage (so that, with STAGES=3 and SMEM=55, 4 warps'
+    rings of 3 stages still let 4 blocks share an SM); =2 or by default: width_swizzle. Moves
+    bytes only: no sum changes."""
+    if mma_override("swizzle") == 1:
+        return min(stage_groups(spec) * chunk_bytes(spec) // 16, 8) - 1, 1
+    return width_swizzle(spec)
 
 
 def lane_load_bytes(spec: ProjectionSpec) -> int:
@@ -103,7 +105,7 @@ def row_pad(spec: ProjectionSpec) -> int:
     1.00-1.04x, 8-bit group 128 1.02-1.07x; 8-bit group 64 at 64 bytes 0.55-1.07x.
     MLX_METILE_CUDA_MMA_BANKPAD=0 keeps PAD everywhere, =1 pads every format by 4 w; swizzled
     rings have none."""
-    if mma_override("swizzle") == 1 or width_swizzle(spec) != (0, 0):
+    if ring_swizzle(spec)[1]:
         return 0
     setting = mma_override("bankpad")
     if setting == 0:
@@ -404,9 +406,7 @@ class StagedMMALowering(MMALowering):
         self.stride = self.row_bytes + row_pad(spec)
         # swizzled rows: piece q of row r at q ^ ((r & mask) * mult); r & mask is the lane's
         # g & mask in every load (rows are 8-aligned bands plus g)
-        self.swizzle_mask, self.swizzle_mult = width_swizzle(spec)
-        if mma_override("swizzle") == 1:
-            self.swizzle_mask, self.swizzle_mult = min(self.row_bytes // 16, 8) - 1, 1
+        self.swizzle_mask, self.swizzle_mult = ring_swizzle(spec)
         self.scale_bytes = self.groups * scale_bytes_of(spec)
         self.nrows = ring_rows(spec, self.tiles)
         self.scales_at = self.nrows * self.stride
@@ -678,12 +678,16 @@ class StagedMMALowering(MMALowering):
 
     def lower(self):
         kernel = super().lower()
-        # no more blocks per SM asked for (capping registers) than the rings let share one
-        fit = max(1, SM_SHARED // (self.ring_bytes + 1024))  # the driver keeps 1 KB a block
         blocks = 3 if gate_up_16(self.spec, self.s.BM) else self.s.blocks or mma_setting("minblocks", self.s.BM)
         usual = mma_warps(self.spec)
         if self.s.SG > usual and blocks:  # more warps (SPREAD, DEEP): as many warps per SM, not blocks
             blocks = max(1, blocks * usual // self.s.SG)
+        return self.bound(kernel, blocks)
+
+    def bound(self, kernel: KernelDef, blocks: int) -> KernelDef:
+        """`blocks` per SM asked for (capping registers; 0: none), but no more than the rings let
+        share one; rings over 48 KB sized at launch."""
+        fit = max(1, SM_SHARED // (self.ring_bytes + 1024))  # the driver keeps 1 KB a block
         kernel.min_groups = min(blocks, fit)
         kernel.dynamic_shared = self.ring_bytes if self.ring_bytes > SMEM_LIMIT else 0
         return kernel

@@ -29,8 +29,8 @@ from __future__ import annotations
 from ..codegen.ast import KernelDef, Raw
 from ..spec import ProjectionSpec
 from .lower import LowerError, _Scope
-from .lower_mma import SMEM_LIMIT, TILE, mma_override, mma_setting
-from .lower_mma_staged import SM_SHARED, TILES, StagedMMALowering, interleaved, ring_declaration, stageable
+from .lower_mma import TILE, mma_override, mma_setting
+from .lower_mma_staged import TILES, StagedMMALowering, interleaved, ring_declaration, stageable
 from .poly import Poly
 
 MIN_ROWS = 16  # row buckets that may share x (below, x is a few registers a chunk)
@@ -222,9 +222,4 @@ class SharedXLowering(StagedMMALowering):
                     row = Poly.sym("t") * 2 + (8 * r + (e & 1))
                     col = Poly.sym("warp") * (TILE * self.tiles) + Poly.sym("g") + (TILE * tile + 8 * (e >> 1))
                     self.render_stores(body, root, row, col, lambda j, tile=tile, r=r, e=e: f"tot{j}[{tile}][{r}][{e}]")
-        kernel = self.kernel(body)
-        fit = max(1, SM_SHARED // (self.ring_bytes + 1024))  # the driver keeps 1 KB a block
-        blocks = self.s.blocks or mma_setting("minblocks", self.s.BM)
-        kernel.min_groups = min(blocks, fit)
-        kernel.dynamic_shared = self.ring_bytes if self.ring_bytes > SMEM_LIMIT else 0
-        return kernel
+        return self.bound(self.kernel(body), self.s.blocks or mma_setting("minblocks", self.s.BM))
