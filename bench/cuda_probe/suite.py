@@ -259,7 +259,7 @@ for k, n in ((4096, 14336), (14336, 4096), (4096, 4096)):
 for fmt in ("q4g64", "q8g128"):
     SUITE_RETUNE[f"{fmt}_4096x14336_retune"] = ([*shape(fmt, 4096, 14336, 8), "--rows", "16,32"], RETUNE_Q4)
     SUITE_RETUNE[f"{fmt}_gateup_fused_retune"] = (["--format", fmt, "--pool", "4", "--rows", "16"], RETUNE_Q4)
-# s14-densering: the adopted dense rings (lower_mma_staged.dense_ring) against the 48 KB default.
+# s14-densering: the adopted dense rings (lower_mma_staged.dense_ring, now ring_rule) against the 48 KB default.
 OLD_RING = ["default=", f"ring48={E}SMEM=48"]
 SUITE_DENSERING = format_suite(
     "ring", OLD_RING, ("bf16",), LLAMA_SHAPES, "1,2,4,8,16,32", pool=lambda k, n: 4 if k * n > 2**25 else 16
@@ -291,6 +291,16 @@ SUITE_SMALL = format_suite("small", SMALL, ("q4g64", "q8g64"), LLAMA_SHAPES[:2],
 # lower_mma_staged.width_swizzle): conflict-free 8- and 16-byte loads without the padding's bytes.
 SWZ2 = ["default=", f"swz2={E}SWIZZLE=2"]
 SUITE_SWZ2 = format_suite("swz2", SWZ2, ("q4g64", "q8g64", "q8g128", "bf16"), LLAMA_SHAPES, "1,4,8,16,32")
+# s15-small3: the fourteenth session's candidate again - 4-bit one-tile products at 1-8 rows with
+# rings of 3 stages in 64 KB of dynamic shared memory - over both group sizes and three shapes.
+SMALL3 = ["default=", f"s3={E}STAGES=3;{E}SMEM=64", "again="]
+SUITE_SMALL3 = {
+    name: spec
+    for name, spec in format_suite(
+        "small3", SMALL3, ("q4g64", "q4g128"), ((14336, 4096), (4096, 4096), (8960, 1536)), "1,2,4,8"
+    ).items()
+    if "fused" not in name
+}
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -310,6 +320,7 @@ SUITES = {
     "s14-q8pad": SUITE_Q8PAD,
     "s14-small": SUITE_SMALL,
     "s14-swizzle2": SUITE_SWZ2,
+    "s15-small3": SUITE_SMALL3,
 }
 
 

@@ -190,7 +190,7 @@ WIDE_RING_KB = 76  # (72 before the rows were padded by 32 bytes)
 def ring_stages(
     spec: ProjectionSpec, warps: int, tiles: int = 1, rows_bucket: int = 0, ring: tuple[int, int] = (0, 0)
 ) -> int:
-    """MLX_METILE_CUDA_MMA_STAGES (2..8), else `ring`'s stages (dense_ring), else MAX_STAGES; fewer
+    """MLX_METILE_CUDA_MMA_STAGES (2..8), else `ring`'s stages (ring_rule), else MAX_STAGES; fewer
     while the block's rings exceed `ring`'s KB, else ring_budget(warps), or WIDE_RING_KB for 2
     tiles at WIDE_RING_ROWS rows."""
     stages = mma_override("stages") or ring[1] or MAX_STAGES
@@ -208,23 +208,33 @@ def ring_stages(
     return stages
 
 
-# Dense weights' rings in dynamic shared memory, per column layout and row bucket (they move
-# loads only). H200, kernel alone (bench/results/h200-ab-2026-11-30-session14.json, call 8):
-# in TILES at 16-32 rows, a 100 KB budget (two tiles of 2 stages: x loaded once for 32 columns)
-# 1.11-1.19x on bf16 4096 -> 14336 (0.97x at 1-8 rows); one tile (ONE_TILE, and DEEP, which for
-# dense weights differs only in name) at 1-4 rows, 3 stages in 80 KB: 1.04-1.07x on 14336 -> 4096
-# and 1.02-1.03x on 4096 -> 4096 (0.92-0.99x at 16-32 rows).
+# The staged rings' size per column layout and row bucket, where a measured rule departs from
+# the defaults (they move loads only). H200, kernel alone:
+# - dense weights (bench/results/h200-ab-2026-11-30-session14.json, call 8): in TILES at 16-32
+#   rows, a 100 KB budget (two tiles of 2 stages: x loaded once for 32 columns) 1.11-1.19x on
+#   bf16 4096 -> 14336 (0.97x at 1-8 rows); one tile (ONE_TILE, and DEEP, which for dense
+#   weights differs only in name) at 1-4 rows, 3 stages in 80 KB: 1.04-1.07x on 14336 -> 4096
+#   and 1.02-1.03x on 4096 -> 4096 (0.92-0.99x at 16-32 rows).
+# - single products of 4-bit weights (groups 64 and 128) in ONE_TILE at 1-8 rows: 3 stages instead of 4 (34 KB
+#   of rings a block instead of 45, leaving the SM's L1 more room for x): 1.02-1.05x on
+#   14336 -> 4096 and 4096 -> 4096, groups 64 and 128 (bench/results/h200-ab-2026-11-30-session15.json,
+#   call 1, with a repeat of the default within 1%; call 11 of session 14 the same on 14336 ->
+#   4096). SPREAD (8960 -> 1536) measured 0.98-1.00x, 8-bit weights' DEEP 0.95-0.98x: not there.
 DENSE_WIDE_RING = (100, 0)  # (KB, stages: 0 as many as fit)
 DENSE_DEEP_RING = (80, 3)
+Q4_ONE_TILE_RING = (0, 3)  # (KB: 0 the default budget, stages)
 
 
-def dense_ring(spec: ProjectionSpec, layout: int, rows_bucket: int) -> tuple[int, int]:
-    """(KB, stages) of the staged rings of dense weights where a rule above applies, else (0, 0):
-    the defaults (also off the staged ring). MLX_METILE_CUDA_MMA_SMEM or _STAGES set: (0, 0), the
-    knobs rule."""
+def ring_rule(spec: ProjectionSpec, layout: int, rows_bucket: int) -> tuple[int, int]:
+    """(KB, stages) of the staged rings where a rule above applies, else (0, 0): the defaults
+    (also off the staged ring). MLX_METILE_CUDA_MMA_SMEM or _STAGES set: (0, 0), the knobs rule."""
     knobs = mma_override("smem") is not None or mma_override("stages") is not None
-    if spec.weights[0].quantized or knobs or not stageable(spec):
+    if knobs or not stageable(spec):
         return (0, 0)
+    w = spec.weights[0]
+    if w.quantized:
+        single_q4 = w.bits == 4 and w.group_size in (64, 128) and len(spec.weights) == 1  # (measured)
+        return Q4_ONE_TILE_RING if single_q4 and layout == ONE_TILE and rows_bucket <= 8 else (0, 0)
     if layout == TILES and rows_bucket >= 16:
         return DENSE_WIDE_RING
     if layout in (ONE_TILE, DEEP) and rows_bucket <= 4:
@@ -303,7 +313,7 @@ def staged_max_tiles(spec: ProjectionSpec, warps: int, layout: int = TILES, rows
         return 4 if mma_override("tiles") is not None else 1
     if layout != TILES:
         return 1
-    tiles, ring = 4, dense_ring(spec, layout, rows_bucket)
+    tiles, ring = 4, ring_rule(spec, layout, rows_bucket)
     while tiles > 1 and ring_stages(spec, warps, tiles, rows_bucket, ring) < 2:
         tiles //= 2
     return tiles

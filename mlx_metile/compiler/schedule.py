@@ -53,7 +53,7 @@ class Schedule:
     splits: int = 0  # mma: K ranges (the sum order), a multiple of SG; 0 for SG (one per warp)
     blocks: int = 0  # mma: blocks per SM to ask for (caps registers); 0 for the row bucket's setting
     xshare: int = 0  # mma: warps that each own NC columns over all of K, sharing x (lower_mma_xshare); 0: K-split warps
-    ring_kb: int = 0  # mma, staged: KB of shared memory the rings may take (lower_mma_staged.dense_ring); 0 default
+    ring_kb: int = 0  # mma, staged: KB of shared memory the rings may take (lower_mma_staged.ring_rule); 0 default
     ring_stages: int = 0  # mma, staged: stages of the rings (the same); 0 as many as fit
 
     @property
@@ -145,7 +145,7 @@ def choose(
     `mma_splits` K ranges (0: one per warp; else a multiple of the warps); `mma_blocks`
     blocks per SM to ask for (0: the row bucket's setting); `mma_xshare` warps per block that
     each own their columns over all of K and share x (lower_mma_xshare; 0: K-split warps); `mma_ring` the staged rings' (KB, stages), (0, 0) for
-    the defaults (lower_mma_staged.dense_ring)."""
+    the defaults (lower_mma_staged.ring_rule)."""
     vk = k_per_lane(weight_bits, group_sizes, weight_dtypes)
     if mma_chunk and rows <= MAX_ROWS_PER_PROGRAM:
         # W warps splitting K over T tiles of 16 columns; 8-row tiles of x (so 1..8 rows share one kernel)

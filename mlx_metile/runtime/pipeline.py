@@ -10,7 +10,7 @@ from ..codegen import RENDERERS
 from ..compiler import choose, lower
 from ..compiler.lower_mma import chunk_k as mma_chunk
 from ..compiler.lower_mma import mma_supported
-from ..compiler.lower_mma_staged import LAYOUTS, block_warps, dense_ring, mma_warps, staged_max_tiles, wave_blocks
+from ..compiler.lower_mma_staged import LAYOUTS, block_warps, mma_warps, ring_rule, staged_max_tiles, wave_blocks
 from ..compiler.lower_mma_xshare import xshare_warps
 from ..ir import bind_meta, format_program, verify
 from ..kernels import projection_program
@@ -48,7 +48,7 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
         ranges,
         wave_blocks(spec, layout, rows_bucket) if mma else 0,
         xshare_warps(spec, layout, rows_bucket) if mma else 0,
-        dense_ring(spec, layout, rows_bucket) if mma else (0, 0),
+        ring_rule(spec, layout, rows_bucket) if mma else (0, 0),
     )
     bound = bind_meta(program, schedule.meta())
     verify(bound)

@@ -332,10 +332,10 @@ def test_cuda_variants_on_the_cpu_match_float64(monkeypatch, spec, K, N, setting
     compile_projection.cache_clear()
     art = compile_projection(spec, 16, "cuda")
     assert art.schedule.kind == "mma"
-    from mlx_metile.compiler.lower_mma_staged import TILES, dense_ring
+    from mlx_metile.compiler.lower_mma_staged import TILES, ring_rule
 
-    # over 48 KB: the SMEM knob, or dense weights' wide rings at 16 rows (dense_ring)
-    assert (art.dynamic_shared > 48 * 1024) == ("SMEM" in settings or dense_ring(spec, TILES, 16) != (0, 0))
+    # over 48 KB: the SMEM knob, or dense weights' wide rings at 16 rows (ring_rule)
+    assert (art.dynamic_shared > 48 * 1024) == ("SMEM" in settings or ring_rule(spec, TILES, 16) != (0, 0))
     case = Case(spec, K, N, rows=16)
     alone = case.run(8, 1)
     got = case.run(16, 16)
@@ -497,7 +497,7 @@ def test_shared_x_over_the_shared_memory_of_a_block_is_refused(monkeypatch):
 
 
 def test_dense_rings_in_dynamic_shared_memory_give_the_bits_of_the_48_kb_ones(monkeypatch):
-    """lower_mma_staged.dense_ring: dense weights take two tiles in a 100 KB ring at 16-32 rows
+    """lower_mma_staged.ring_rule: dense weights take two tiles in a 100 KB ring at 16-32 rows
     of wide products, and 3 stages in 80 KB at 1-4 rows of one-tile ones; both move loads only,
     so every output bit equals the 48 KB ring's (MLX_METILE_CUDA_MMA_SMEM=48)."""
     from mlx_metile.compiler.lower_mma_staged import DEEP, ONE_TILE, TILES
@@ -517,6 +517,29 @@ def test_dense_rings_in_dynamic_shared_memory_give_the_bits_of_the_48_kb_ones(mo
         monkeypatch.delenv("MLX_METILE_CUDA_MMA_SMEM")
     _set(monkeypatch, {})
     assert compile_projection(spec, 8, "cuda", ONE_TILE).dynamic_shared == 0  # 8 rows: the 48 KB ring
+
+
+@pytest.mark.parametrize("group", [64, 128])
+def test_4_bit_one_tile_rings_of_3_stages_give_the_bits_of_4(monkeypatch, group):
+    """lower_mma_staged.ring_rule: single 4-bit products in one tile take rings of 3 stages at
+    1-8 rows (4 at 16, and with the STAGES knob); the stages move loads only, so every output
+    bit equals the 4-stage ring's."""
+    from mlx_metile.compiler.lower_mma_staged import ONE_TILE, SPREAD, TILES, ring_rule
+
+    spec = ProjectionSpec("bf16", (WeightFormat("bf16", 4, group),), k_multiple=256)
+    assert ring_rule(spec, TILES, 8) == ring_rule(spec, SPREAD, 8) == (0, 0)  # (measured no gain there)
+    case = Case(spec, 4096, 40, rows=8)  # 4 stages of 4-bit weights per warp: a ring of 3 wraps
+    _set(monkeypatch, {})
+    assert "metile_cp_wait<1>" in compile_projection(spec, 8, "cuda", ONE_TILE).source  # 3 stages
+    assert "metile_cp_wait<2>" in compile_projection(spec, 16, "cuda", ONE_TILE).source  # 4 at 16 rows
+    for rows in (1, 5, 8):
+        _set(monkeypatch, {})
+        three = case.run(8, rows, ONE_TILE)
+        case.check(three, rows, f"3-stage ring group={group} rows={rows}")
+        _set(monkeypatch, {"STAGES": "4"})
+        assert "metile_cp_wait<2>" in compile_projection(spec, 8, "cuda", ONE_TILE).source
+        assert all(np.array_equal(a, b) for a, b in zip(three, case.run(8, rows, ONE_TILE))), rows
+        monkeypatch.delenv("MLX_METILE_CUDA_MMA_STAGES")
 
 
 WIDTH_SWIZZLE = [  # (spec, K, N, settings): the swizzle by load width (lower_mma_staged.width_swizzle)
