@@ -215,7 +215,8 @@ def ring_stages(
 #   bf16 4096 -> 14336 (0.97x at 1-8 rows); one tile (ONE_TILE, and DEEP, which for dense
 #   weights differs only in name) at 1-4 rows, 3 stages in 80 KB: 1.04-1.07x on 14336 -> 4096
 #   and 1.02-1.03x on 4096 -> 4096 (0.92-0.99x at 16-32 rows).
-# - single products of 4-bit weights (groups 64 and 128) in ONE_TILE at 1-8 rows: 3 stages instead of 4 (34 KB
+# - single products of 4-bit weights (groups 64 and 128) in one tile (ONE_TILE, and DEEP, which
+#   for 4-bit weights is the same kernel) at 1-8 rows: 3 stages instead of 4 (34 KB
 #   of rings a block instead of 45, leaving the SM's L1 more room for x): 1.02-1.05x on
 #   14336 -> 4096 and 4096 -> 4096, groups 64 and 128 (bench/results/h200-ab-2026-11-30-session15.json,
 #   call 1, with a repeat of the default within 1%; call 11 of session 14 the same on 14336 ->
@@ -234,7 +235,8 @@ def ring_rule(spec: ProjectionSpec, layout: int, rows_bucket: int) -> tuple[int,
     w = spec.weights[0]
     if w.quantized:
         single_q4 = w.bits == 4 and w.group_size in (64, 128) and len(spec.weights) == 1  # (measured)
-        return Q4_ONE_TILE_RING if single_q4 and layout == ONE_TILE and rows_bucket <= 8 else (0, 0)
+        one_tile = layout in (ONE_TILE, DEEP)  # (DEEP: ONE_TILE's kernel for 4-bit weights)
+        return Q4_ONE_TILE_RING if single_q4 and one_tile and rows_bucket <= 8 else (0, 0)
     if layout == TILES and rows_bucket >= 16:
         return DENSE_WIDE_RING
     if layout in (ONE_TILE, DEEP) and rows_bucket <= 4:

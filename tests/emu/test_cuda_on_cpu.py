@@ -521,13 +521,14 @@ def test_dense_rings_in_dynamic_shared_memory_give_the_bits_of_the_48_kb_ones(mo
 
 @pytest.mark.parametrize("group", [64, 128])
 def test_4_bit_one_tile_rings_of_3_stages_give_the_bits_of_4(monkeypatch, group):
-    """lower_mma_staged.ring_rule: single 4-bit products in one tile take rings of 3 stages at
+    """lower_mma_staged.ring_rule: single 4-bit products in one tile (ONE_TILE, DEEP) take rings of 3 stages at
     1-8 rows (4 at 16, and with the STAGES knob); the stages move loads only, so every output
     bit equals the 4-stage ring's."""
-    from mlx_metile.compiler.lower_mma_staged import ONE_TILE, SPREAD, TILES, ring_rule
+    from mlx_metile.compiler.lower_mma_staged import DEEP, ONE_TILE, SPREAD, TILES, ring_rule
 
     spec = ProjectionSpec("bf16", (WeightFormat("bf16", 4, group),), k_multiple=256)
     assert ring_rule(spec, TILES, 8) == ring_rule(spec, SPREAD, 8) == (0, 0)  # (measured no gain there)
+    assert ring_rule(spec, DEEP, 8) == ring_rule(spec, ONE_TILE, 8) == (0, 3)  # (one kernel for 4-bit)
     case = Case(spec, 4096, 40, rows=8)  # 4 stages of 4-bit weights per warp: a ring of 3 wraps
     _set(monkeypatch, {})
     assert "metile_cp_wait<1>" in compile_projection(spec, 8, "cuda", ONE_TILE).source  # 3 stages
