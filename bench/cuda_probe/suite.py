@@ -301,6 +301,17 @@ SUITE_SMALL3 = {
     ).items()
     if "fused" not in name
 }
+# s15-xring: each warp's x through its own ring in shared memory (MLX_METILE_CUDA_MMA_XRING:
+# cp.async beside the weights, a stage ahead, instead of x loaded from global memory into
+# registers held through a stage), at 8-32 rows; 2 copies through L1 (.ca), s2 rings of 2 stages.
+XRING = [
+    "default=",
+    f"xr1={E}XRING=1",
+    f"xr2={E}XRING=2",
+    f"xr1s2={E}XRING=1;{E}STAGES=2",
+    f"xr2s2={E}XRING=2;{E}STAGES=2",
+]
+SUITE_XRING = format_suite("xring", XRING, ("q4g64", "q8g64", "q4g128", "q8g128", "bf16"), LLAMA_SHAPES, "8,16,32")
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -321,6 +332,7 @@ SUITES = {
     "s14-small": SUITE_SMALL,
     "s14-swizzle2": SUITE_SWZ2,
     "s15-small3": SUITE_SMALL3,
+    "s15-xring": SUITE_XRING,
 }
 
 
