@@ -301,7 +301,8 @@ SUITE_SMALL3 = {
     ).items()
     if "fused" not in name
 }
-# s15-xring: each warp's x through its own ring in shared memory (MLX_METILE_CUDA_MMA_XRING:
+# s15-xring (the XRING knob exists at commit d6f5f28 only; 0.54-0.95x, removed): each warp's x
+# through its own ring in shared memory (MLX_METILE_CUDA_MMA_XRING:
 # cp.async beside the weights, a stage ahead, instead of x loaded from global memory into
 # registers held through a stage), at 8-32 rows; 2 copies through L1 (.ca), s2 rings of 2 stages.
 XRING = [

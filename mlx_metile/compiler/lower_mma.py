@@ -93,7 +93,6 @@ ALLOWED = {
     "late": (0, 1, 2),
     "bankpad": (0, 1),
     "xshare": (0, 2, 4, 8),  # lower_mma_xshare: warps per block sharing x, at 16-32 rows
-    "xring": (0, 1, 2),  # lower_mma_staged: each warp's x through its ring (1: cp.async.cg, 2: .ca)
 }
 SPLIT_ALIGN = 4  # chunks: each warp's range starts at a multiple of this where K allows
 

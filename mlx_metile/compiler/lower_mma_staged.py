@@ -430,22 +430,6 @@ class StagedMMALowering(MMALowering):
         self.pieces = self.nrows * self.row_bytes // 16 // 32  # 16-byte copies per lane per stage
         self.scale_passes = -(-self.nrows // 32)  # warp-wide passes copying a stage's scales
         self.interleave = interleaved()
-        # x through shared memory: each warp's own (MLX_METILE_CUDA_MMA_XRING), or the block's
-        # (lower_mma_xshare); its copiers are the warp's lanes or the block's threads
-        self.xring = 0 if schedule.xshare else mma_override("xring") or 0
-        self.x_copiers, self.x_copier = (32, "lane") if self.xring else (schedule.threads, "threadIdx.x")
-        self.x_row_bytes = self.groups * self.ck * 2  # one row of x per stage
-        self.x_per_row = self.x_row_bytes // 16  # 16-byte copies per row
-        # a 16-byte load serves 2 rows (lanes g) at a time: rows 64 bytes apart modulo 128 where a
-        # row's 4 lanes read 64 contiguous bytes (the sector layout; 8 k a lane: group 32, dense),
-        # else 16 (group 64: the lanes' 16 bytes 32 apart, which rows 16 apart interleave)
-        contiguous = self.sector or self.quarter == 8
-        self.x_stride = self.x_row_bytes + (64 if contiguous else 16)
-        self.x_slot = schedule.BM * self.x_stride
-        self.x_rows_per_pass = self.x_copiers // self.x_per_row
-        self.x_passes = -(-schedule.BM // max(1, self.x_rows_per_pass))
-        if (self.xring or schedule.xshare) and self.x_copiers % self.x_per_row:
-            raise LowerError(f"{program.name}: {self.x_per_row} copies a row of x do not divide {self.x_copiers}")
         if self.per_warp not in (1, 2) or (self.per_warp > 1 and self.interleave):
             raise LowerError(f"{program.name}: {self.per_warp} K ranges per warp (1 or 2, not interleaved)")
 
@@ -634,43 +618,6 @@ class StagedMMALowering(MMALowering):
             lines.append("}")
         return lines
 
-    # -- x: global -> shared (the warp's x ring, or the block's) -> lanes -------------------
-    def x_copy_setup(self) -> list[str]:
-        per_row, who = self.x_per_row, self.x_copier
-        return [
-            f"const int xr0 = {who} / {per_row};  // the thread's first row of a stage's x",
-            f"const int xrows = M - pid1 * {self.s.BM};",
-            f"const char* const xsrc = reinterpret_cast<const char*>(x + (size_t)(pid1 * {self.s.BM} + xr0) * K)"
-            f" + ({who} % {per_row}) * 16;",
-            f"const int xdst = xr0 * {self.x_stride} + ({who} % {per_row}) * 16;",
-        ]
-
-    def x_copy_stage(self, stage: str, slot: str) -> list[str]:
-        """The copies of stage `stage` of x into x slot `slot`; rows past M zero-filled."""
-        step = self.x_rows_per_pass
-        copy_fn = "metile_cp_small<16>" if self.xring == 2 else "metile_cp16"  # 2: through L1
-        lines = [
-            f"unsigned char* const xd = xring + ({slot}) * {self.x_slot};",
-            f"const size_t xo = (size_t){self.stage_chunk(stage)} * {self.ck * 2};",
-        ]
-        for p in range(self.x_passes):
-            copy = (
-                f"{copy_fn}(xd + xdst + {p * step * self.x_stride}, xsrc + (size_t)K * {2 * p * step} + xo, "
-                f"xr0 + {p * step} < xrows);"
-            )
-            lines.append(copy if (p + 1) * step <= self.s.BM else f"if (xr0 + {p * step} < {self.s.BM}) {copy}")
-        return lines
-
-    def x_loads_shared(self, b: int) -> list[str]:
-        """Chunk b of the stage: the lane's x slices from the x slot (same k as lower_mma's loads)."""
-        out = []
-        for r in range(self.rt):
-            for sl in range(self.slices):
-                k = f"{32 * sl} + t * 8" if self.sector else f"t * {self.quarter} + {8 * sl}"
-                at = f"xslot + ({8 * r} + g) * {self.x_stride} + ({b * self.ck} + {k}) * 2"
-                out.append(f"const uint4 xv{r}_{sl}_{b} = *reinterpret_cast<const uint4*>({at});")
-        return out
-
     # -- the K loop ----------------------------------------------------------------
     def k_loop(self, nacc: int, mma: str) -> list[str]:
         """Prologue: stages 0..S-2 in flight. Each iteration: x loads of stage st,
@@ -679,8 +626,7 @@ class StagedMMALowering(MMALowering):
         sums to `early` after the first range's last stage."""
         self.use_helper("cuda_cp_async")
         s, stages, groups = self.s, self.stages, self.groups
-        x_ring = s.SG * stages * self.x_slot if self.xring else 0  # after the weights' rings
-        ring_bytes = max(s.SG * stages * self.slot + x_ring, self.red_bytes(nacc))
+        ring_bytes = max(s.SG * stages * self.slot, self.red_bytes(nacc))
         # two K ranges per warp: the first range's partial sums wait after the ring
         early_at = ring_bytes
         ring_bytes = self.ring_bytes = ring_bytes + (self.red_bytes(nacc) // 2 if self.per_warp > 1 else 0)
@@ -688,28 +634,19 @@ class StagedMMALowering(MMALowering):
             ring_declaration(ring_bytes),
             f"unsigned char* const ring = metile_ring + warp * {stages * self.slot};",
         ]
-        if self.xring:
-            at = f"{s.SG * stages * self.slot} + warp * {stages * self.x_slot}"
-            lines.append(f"unsigned char* const xring = metile_ring + {at};")
         if self.per_warp > 1:
             dims = self.partial_dims(nacc)
             lines.append(f"float (*const early){dims} = reinterpret_cast<float (*){dims}>(metile_ring + {early_at});")
         if not self.interleave:  # else k_split gave nst
             lines.append(f"const int nst = max(c_end - c_begin, 0) / {groups};")
-        lines += self.copy_setup(nacc) + (self.x_copy_setup() if self.xring else [])
-
-        def copies(stage: str, slot: str) -> list[str]:
-            return self.copy_stage(stage, slot) + (self.x_copy_stage(stage, slot) if self.xring else [])
-
+        lines += self.copy_setup(nacc)
         for st in range(stages - 1):
             lines.append(f"if ({st} < nst) {{")
-            lines += ["  " + ln for ln in copies(str(st), str(st))]
+            lines += ["  " + ln for ln in self.copy_stage(str(st), str(st))]
             lines.append("}")
             lines.append("metile_cp_commit();")
         late = mma_override("late") or 0
         early_x = groups // 2 if late == 2 else groups  # late 2: the rest after the first chunks' math
-        if self.xring:  # x comes from the ring, chunk by chunk before its math
-            early_x = late = 0
 
         def x_loads(b: int) -> list[str]:
             return [f"const {ld.typ} {ld.name} = {ld.value()};" for ld in self.x_loads(b, f"ch0 + {b}", None)]
@@ -724,22 +661,18 @@ class StagedMMALowering(MMALowering):
         body.append(f"metile_cp_wait<{stages - 2}>();")
         body.append("__syncwarp();")
         body.append(f"if (st + {stages - 1} < nst) {{")
-        body += ["  " + ln for ln in copies(f"st + {stages - 1}", "wr")]
+        body += ["  " + ln for ln in self.copy_stage(f"st + {stages - 1}", "wr")]
         body.append("}")
         body.append("metile_cp_commit();")
         body.append(f"const unsigned char* const slot = ring + rd * {self.slot};")
-        if self.xring:
-            body.append(f"const unsigned char* const xslot = xring + rd * {self.x_slot};")
         if not late:  # every load of the stage first (ptxas orders them within its register budget)
             for b in range(groups):
                 body += weight_loads(b)
         for b in range(groups):
             if late:  # MLX_METILE_CUDA_MMA_LATE: each chunk's shared loads just before its math
                 body += weight_loads(b)
-            if self.xring:
-                body += self.x_loads_shared(b)
             body += self.chunk_math(b, nacc, mma)
-            if not self.xring and b + early_x < groups:  # late 2: chunk b + groups / 2's x after chunk b's math
+            if b + early_x < groups:  # late 2: chunk b + groups / 2's x after chunk b's math
                 body += x_loads(b + early_x)
         if self.per_warp > 1:  # the end of the warp's first K range
             body.append(f"if (st + 1 == per_warp / {groups}) {{")

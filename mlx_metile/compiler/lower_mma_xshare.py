@@ -79,6 +79,18 @@ class SharedXLowering(StagedMMALowering):
         if self.interleave:
             raise LowerError(f"{program.name}: shared x takes the K ranges in order (not interleaved)")
         self.stages = mma_override("stages") or STAGES
+        self.x_row_bytes = self.groups * self.ck * 2  # one row of x per stage
+        self.x_per_row = self.x_row_bytes // 16  # 16-byte copies per row
+        if self.s.threads % self.x_per_row:
+            raise LowerError(f"{program.name}: {self.x_per_row} copies a row of x do not divide the block")
+        # a 16-byte load serves 2 rows (lanes g) at a time: rows 64 bytes apart modulo 128 where a
+        # row's 4 lanes read 64 contiguous bytes (the sector layout; 8 k a lane: group 32, dense),
+        # else 16 (group 64: the lanes' 16 bytes 32 apart, which rows 16 apart interleave)
+        contiguous = self.sector or self.quarter == 8
+        self.x_stride = self.x_row_bytes + (64 if contiguous else 16)
+        self.x_slot = self.s.BM * self.x_stride
+        self.x_rows_per_pass = self.s.threads // self.x_per_row
+        self.x_passes = -(-self.s.BM // self.x_rows_per_pass)
 
     def col_base(self) -> str:
         return f"(pid0 * {self.s.BN} + warp * {TILE * self.tiles})"
@@ -91,6 +103,42 @@ class SharedXLowering(StagedMMALowering):
             f"const int per_range = (chunks + {v * a - 1}) / {v * a} * {a};",
             "const int c_begin = 0, c_end = chunks;",
         ]
+
+    # -- x: global -> shared (the block) -> lanes ----------------------------------------
+    def x_copy_setup(self) -> list[str]:
+        per_row = self.x_per_row
+        return [
+            f"const int xr0 = threadIdx.x / {per_row};  // the thread's first row of a stage's x",
+            f"const int xrows = M - pid1 * {self.s.BM};",
+            f"const char* const xsrc = reinterpret_cast<const char*>(x + (size_t)(pid1 * {self.s.BM} + xr0) * K)"
+            f" + (threadIdx.x % {per_row}) * 16;",
+            f"const int xdst = xr0 * {self.x_stride} + (threadIdx.x % {per_row}) * 16;",
+        ]
+
+    def x_copy_stage(self, stage: str, slot: str) -> list[str]:
+        """The block's copies of stage `stage` of x into x slot `slot`; rows past M zero-filled."""
+        step = self.x_rows_per_pass
+        lines = [
+            f"unsigned char* const xd = xring + ({slot}) * {self.x_slot};",
+            f"const size_t xo = (size_t){self.stage_chunk(stage)} * {self.ck * 2};",
+        ]
+        for p in range(self.x_passes):
+            copy = (
+                f"metile_cp16(xd + xdst + {p * step * self.x_stride}, xsrc + (size_t)K * {2 * p * step} + xo, "
+                f"xr0 + {p * step} < xrows);"
+            )
+            lines.append(copy if (p + 1) * step <= self.s.BM else f"if (xr0 + {p * step} < {self.s.BM}) {copy}")
+        return lines
+
+    def x_loads_shared(self, b: int) -> list[str]:
+        """Chunk b of the stage: the lane's x slices from the x slot (same k as lower_mma's loads)."""
+        out = []
+        for r in range(self.rt):
+            for sl in range(self.slices):
+                k = f"{32 * sl} + t * 8" if self.sector else f"t * {self.quarter} + {8 * sl}"
+                at = f"xslot + ({8 * r} + g) * {self.x_stride} + ({b * self.ck} + {k}) * 2"
+                out.append(f"const uint4 xv{r}_{sl}_{b} = *reinterpret_cast<const uint4*>({at});")
+        return out
 
     # -- the K loop ------------------------------------------------------------------------
     def totals(self, nacc: int) -> list[tuple[str, str]]:
