@@ -313,6 +313,32 @@ XRING = [
     f"xr2s2={E}XRING=2;{E}STAGES=2",
 ]
 SUITE_XRING = format_suite("xring", XRING, ("q4g64", "q8g64", "q4g128", "q8g128", "bf16"), LLAMA_SHAPES, "8,16,32")
+# s15-denseswiglu: the dense rings of ring_rule (measured on single products) on bf16 SwiGLU
+# gate/up, which the full run of session 15 showed 0.76x stock at 32 rows (84.6 us, 68.8 in the
+# ninth session): against the 48 KB ring (SMEM=48).
+DENSE_SWIGLU = ["default=", f"smem48={E}SMEM=48", "again="]
+SUITE_DENSE_SWIGLU = {
+    "bf16_gateup_fused_dswiglu": (["--format", "bf16", "--pool", "4", "--rows", "1,4,8,16,32"], DENSE_SWIGLU),
+    "bf16_qwen_gateup_fused_dswiglu": (
+        ["--format", "bf16", "--k", "1536", "--n", "8960", "--pool", "8", "--rows", "1,4,8,16,32"],
+        DENSE_SWIGLU,
+    ),
+    "bf16_4096x14336_dswiglu": ([*shape("bf16", 4096, 14336, 8), "--rows", "16,32"], DENSE_SWIGLU),
+}
+# s15-denseswiglu2: which of the fourteenth session's dense changes cost the bf16 SwiGLU gate/up at
+# 16-32 rows: the 100 KB ring (smem48), the 64-byte row padding (BANKPAD=0: 16 bytes), both, or
+# unpadded swizzled rows (SWIZZLE=2).
+DENSE_SWIGLU2 = [
+    "default=",
+    f"smem48={E}SMEM=48",
+    f"pad16={E}BANKPAD=0",
+    f"smem48pad16={E}SMEM=48;{E}BANKPAD=0",
+    f"swz2={E}SWIZZLE=2",
+    f"smem48swz2={E}SMEM=48;{E}SWIZZLE=2",
+]
+SUITE_DENSE_SWIGLU2 = {
+    "bf16_gateup_fused_dswiglu2": (["--format", "bf16", "--pool", "4", "--rows", "8,16,32"], DENSE_SWIGLU2),
+}
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -334,6 +360,8 @@ SUITES = {
     "s14-swizzle2": SUITE_SWZ2,
     "s15-small3": SUITE_SMALL3,
     "s15-xring": SUITE_XRING,
+    "s15-denseswiglu": SUITE_DENSE_SWIGLU,
+    "s15-denseswiglu2": SUITE_DENSE_SWIGLU2,
 }
 
 

@@ -214,7 +214,10 @@ def ring_stages(
 #   rows, a 100 KB budget (two tiles of 2 stages: x loaded once for 32 columns) 1.11-1.19x on
 #   bf16 4096 -> 14336 (0.97x at 1-8 rows); one tile (ONE_TILE, and DEEP, which for dense
 #   weights differs only in name) at 1-4 rows, 3 stages in 80 KB: 1.04-1.07x on 14336 -> 4096
-#   and 1.02-1.03x on 4096 -> 4096 (0.92-0.99x at 16-32 rows).
+#   and 1.02-1.03x on 4096 -> 4096 (0.92-0.99x at 16-32 rows). Single products only: the bf16
+#   SwiGLU gate/up 4096 -> 2 x 14336, whose two accumulators got one tile of 4 stages in the 100 KB
+#   instead, ran 0.89x / 0.96x at 32 / 16 rows against the 48 KB ring (h200-ab-2026-11-30-session15.json,
+#   calls 4-5; through MLX 0.76x stock at 32 rows in that session's full run).
 # - single products of 4-bit weights (groups 64 and 128) in one tile (ONE_TILE, and DEEP, which
 #   for 4-bit weights is the same kernel) at 1-8 rows: 3 stages instead of 4 (34 KB
 #   of rings a block instead of 45, leaving the SM's L1 more room for x): 1.02-1.05x on
@@ -230,11 +233,11 @@ def ring_rule(spec: ProjectionSpec, layout: int, rows_bucket: int) -> tuple[int,
     """(KB, stages) of the staged rings where a rule above applies, else (0, 0): the defaults
     (also off the staged ring). MLX_METILE_CUDA_MMA_SMEM or _STAGES set: (0, 0), the knobs rule."""
     knobs = mma_override("smem") is not None or mma_override("stages") is not None
-    if knobs or not stageable(spec):
+    if knobs or not stageable(spec) or len(spec.weights) != 1:  # single products: what was measured
         return (0, 0)
     w = spec.weights[0]
     if w.quantized:
-        single_q4 = w.bits == 4 and w.group_size in (64, 128) and len(spec.weights) == 1  # (measured)
+        single_q4 = w.bits == 4 and w.group_size in (64, 128)
         one_tile = layout in (ONE_TILE, DEEP)  # (DEEP: ONE_TILE's kernel for 4-bit weights)
         return Q4_ONE_TILE_RING if single_q4 and one_tile and rows_bucket <= 8 else (0, 0)
     if layout == TILES and rows_bucket >= 16:
