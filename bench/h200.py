@@ -250,26 +250,28 @@ def _swiglu_reference(xr, dg, du):
 
 
 def _wide_swiglu(arr, check, results) -> None:
-    """The 4-bit SwiGLU gate/up over an output wide and deep enough for the several-tile
-    layout, whose 32-row kernel shares x between warps (lower_mma_xshare): against float64,
-    and row by row against rows alone (the 8-row kernel's K split)."""
+    """The SwiGLU gate/up over an output wide and deep enough for the several-tile layout (4-bit
+    groups 64/128, whose 32-row kernel shares x between warps, lower_mma_xshare; 8-bit group 128,
+    whose rings take dynamic shared memory at every row bucket, lower_mma_staged.ring_rule):
+    against float64, and row by row against rows alone."""
     from mlx_metile.compiler.lower_mma_staged import NARROW_COLUMNS, SHORT_K
 
     K, N = SHORT_K, NARROW_COLUMNS + 16  # the several-tile layout, and a partial block of columns
-    for group in (64, 128):
+    for bits, group in ((4, 64), (4, 128), (8, 128)):
         x = arr((32, K), mx.bfloat16)
-        qg, qu = (mx.quantize(arr((N, K), mx.bfloat16, 0.05), group_size=group, bits=4) for _ in range(2))
-        wg, wu = (mt.QuantizedWeight(*q, group, 4) for q in (qg, qu))
-        dg, du = (dequantize_exact(*q, group, 4) for q in (qg, qu))
+        qg, qu = (mx.quantize(arr((N, K), mx.bfloat16, 0.05), group_size=group, bits=bits) for _ in range(2))
+        wg, wu = (mt.QuantizedWeight(*q, group, bits) for q in (qg, qu))
+        dg, du = (dequantize_exact(*q, group, bits) for q in (qg, qu))
         alone = [
             np.array(mt.fused_linear(x[r : r + 1], [wg, wu], epilogue="swiglu").astype(mx.float32)) for r in range(32)
         ]
-        for rows in (17, 32):
+        for rows in (5, 16, 17, 32):
             xr = f64(x[:rows])
             exact, slack = _swiglu_reference(xr, dg, du)
             y = mt.fused_linear(x[:rows], [wg, wu], epilogue="swiglu")
-            check(f"swiglu wide int4 g{group} rows={rows}", y, exact, xr, dg, mx.bfloat16, slack=slack)
-            _invariance(results, f"swiglu wide int4 g{group}", _rows_differing(y, alone), rows)
+            label = f"swiglu wide int{bits} g{group}"
+            check(f"{label} rows={rows}", y, exact, xr, dg, mx.bfloat16, slack=slack)
+            _invariance(results, label, _rows_differing(y, alone), rows)
 
 
 def gradients_check() -> dict:

@@ -339,6 +339,30 @@ DENSE_SWIGLU2 = [
 SUITE_DENSE_SWIGLU2 = {
     "bf16_gateup_fused_dswiglu2": (["--format", "bf16", "--pool", "4", "--rows", "8,16,32"], DENSE_SWIGLU2),
 }
+# s15-q8deep: Nsight Compute (bench/results/ncu/h200-2026-11-30-session15-q8g64_1_*) put 8-bit
+# group 64 at 1 row at 22.2 us with its math and 21.9 us with the ring's copies alone (HACK=nomath):
+# the copies bound it. Deeper rings (3-4 stages in dynamic shared memory) and K over 8 warps (twice
+# the stages in flight per column; another sum order), at 1-8 rows.
+Q8DEEP = [
+    "default=",
+    f"s3={E}STAGES=3;{E}SMEM=64",
+    f"s4={E}STAGES=4;{E}SMEM=80",
+    f"w8={E}WARPS=8;{E}MINBLOCKS=2",
+    f"w8s3={E}WARPS=8;{E}STAGES=3;{E}SMEM=110;{E}MINBLOCKS=2",
+    "again=",
+]
+SUITE_Q8DEEP = format_suite("q8deep", Q8DEEP, ("q8g64", "q8g128"), ((4096, 14336), (4096, 4096)), "1,4,8")
+# s15-q8g128swiglu: the 8-bit group-128 SwiGLU gate/up, whose staged rings of 2 stages exceed
+# 48 KB so that it takes the direct loads, on a staged ring in dynamic shared memory (s15-q8deep's
+# s4 = SMEM=80: 1.09-1.19x at 1-8 rows), at 1-32 rows of the Llama and Qwen shapes.
+Q8G128_SWIGLU = ["default=", f"smem76={E}SMEM=76", f"smem80={E}SMEM=80", f"smem100={E}SMEM=100", "again="]
+SUITE_Q8G128_SWIGLU = {
+    "q8g128_gateup_fused_q8sw": (["--format", "q8g128", "--pool", "4", "--rows", "1,4,8,16,32"], Q8G128_SWIGLU),
+    "q8g128_qwen_gateup_fused_q8sw": (
+        ["--format", "q8g128", "--k", "1536", "--n", "8960", "--pool", "8", "--rows", "1,4,8,16,32"],
+        Q8G128_SWIGLU,
+    ),
+}
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -362,6 +386,8 @@ SUITES = {
     "s15-xring": SUITE_XRING,
     "s15-denseswiglu": SUITE_DENSE_SWIGLU,
     "s15-denseswiglu2": SUITE_DENSE_SWIGLU2,
+    "s15-q8deep": SUITE_Q8DEEP,
+    "s15-q8g128swiglu": SUITE_Q8G128_SWIGLU,
 }
 
 

@@ -224,18 +224,31 @@ def ring_stages(
 #   14336 -> 4096 and 4096 -> 4096, groups 64 and 128 (bench/results/h200-ab-2026-11-30-session15.json,
 #   call 1, with a repeat of the default within 1%; call 11 of session 14 the same on 14336 ->
 #   4096). SPREAD (8960 -> 1536) measured 0.98-1.00x, 8-bit weights' DEEP 0.95-0.98x: not there.
+# - the SwiGLU gate/up of 8-bit group-128 weights in TILES, whose one-tile rings of 2 stages
+#   (2 x 256 bytes a column per stage) exceed 48 KB, so that it took the direct loads: the staged
+#   ring in 80 KB of dynamic shared memory, at every row bucket (staged and direct loads may
+#   split K differently - a sum order - so one layout keeps one of them for all its row buckets):
+#   kernel alone 4096 -> 2 x 14336 1.10x / 1.19x / 1.19x / 0.92x / 1.08x at 1 / 4 / 8 / 16 / 32 rows,
+#   bit-identical (session 15, calls 8-9); through MLX 1.20x / 1.19x / 1.15x / 0.97x / 1.06-1.10x
+#   against the direct loads (call 10).
 DENSE_WIDE_RING = (100, 0)  # (KB, stages: 0 as many as fit)
 DENSE_DEEP_RING = (80, 3)
 Q4_ONE_TILE_RING = (0, 3)  # (KB: 0 the default budget, stages)
+Q8G128_SWIGLU_RING = (80, 0)
 
 
 def ring_rule(spec: ProjectionSpec, layout: int, rows_bucket: int) -> tuple[int, int]:
     """(KB, stages) of the staged rings where a rule above applies, else (0, 0): the defaults
     (also off the staged ring). MLX_METILE_CUDA_MMA_SMEM or _STAGES set: (0, 0), the knobs rule."""
     knobs = mma_override("smem") is not None or mma_override("stages") is not None
-    if knobs or not stageable(spec) or len(spec.weights) != 1:  # single products: what was measured
+    if knobs or not stageable(spec):
         return (0, 0)
     w = spec.weights[0]
+    q8g128 = w.quantized and w.bits == 8 and w.group_size == 128
+    if q8g128 and spec.epilogue == "swiglu" and layout == TILES:
+        return Q8G128_SWIGLU_RING
+    if len(spec.weights) != 1:  # the rules below: single products, what was measured
+        return (0, 0)
     if w.quantized:
         single_q4 = w.bits == 4 and w.group_size in (64, 128)
         one_tile = layout in (ONE_TILE, DEEP)  # (DEEP: ONE_TILE's kernel for 4-bit weights)

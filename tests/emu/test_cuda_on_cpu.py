@@ -545,6 +545,27 @@ def test_4_bit_one_tile_rings_of_3_stages_give_the_bits_of_4(monkeypatch, group)
         monkeypatch.delenv("MLX_METILE_CUDA_MMA_STAGES")
 
 
+def test_8_bit_group_128_swiglu_takes_a_dynamic_ring_at_every_row_bucket(monkeypatch):
+    """lower_mma_staged.ring_rule: the 8-bit group-128 SwiGLU gate/up, whose one-tile rings of 2
+    stages exceed 48 KB, takes the staged ring in dynamic shared memory instead of the direct
+    loads in the TILES layout at every row bucket (staged and direct loads may split K
+    differently, a sum order): outputs within float64's tolerance, row 0 the same bits at 1, 8,
+    16 and 32 rows, over a K whose ranges hold 3 stages per warp."""
+    from mlx_metile.compiler.lower_mma_staged import TILES, ring_rule
+
+    spec = ProjectionSpec("bf16", (WeightFormat("bf16", 8, 128),) * 2, "swiglu", k_multiple=256)
+    assert ring_rule(spec, TILES, 1) == ring_rule(spec, TILES, 32) == (80, 0)
+    _set(monkeypatch, {})
+    case = Case(spec, 3072, 40, rows=32)
+    alone = case.run(1, 1, TILES)
+    for bucket, rows in ((8, 5), (16, 16), (32, 32)):
+        art = compile_projection(spec, bucket, "cuda", TILES)
+        assert art.dynamic_shared > 48 * 1024 and "metile_cp_wait<0>" in art.source, bucket  # 2 stages
+        got = case.run(bucket, rows, TILES)
+        case.check(got, rows, f"8-bit g128 SwiGLU rows={rows}")
+        assert np.array_equal(got[0][:1], alone[0]), f"row 0 differs between 1 and {rows} rows"
+
+
 WIDTH_SWIZZLE = [  # (spec, K, N, settings): the swizzle by load width (lower_mma_staged.width_swizzle)
     (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),), k_multiple=256), 1024, 48, {}),  # the default at 8-bit g64
     (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),) * 2, "swiglu", k_multiple=256), 512, 40, {}),
