@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 
 from ..codegen.ast import KernelDef, Raw
+from ..cuda_arch import shared_memory
 from ..spec import ProjectionSpec
 from .lower import LowerError
 from .lower_mma import (
@@ -117,7 +118,6 @@ def row_pad(spec: ProjectionSpec) -> int:
 
 
 MAX_STAGES = 4
-SM_SHARED = 228 * 1024  # shared memory of one SM of sm_90 (H100 / H200)
 DENSE_STAGE_K = 64  # k of a dense column per stage by default: 2 chunks of 32, 128 bytes
 DENSE_WARPS = 8
 
@@ -176,7 +176,13 @@ def ring_budget(warps: int) -> int:
     8 warps (the spread layout). Rings over 48 KB are dynamic shared memory, given at
     launch (MLX raises the kernel's limit at its first launch)."""
     kb = mma_override("smem") or (SPREAD_SMEM if warps > DENSE_WARPS else SMEM_LIMIT // 1024)
-    return kb * 1024
+    return capped(kb * 1024)
+
+
+def capped(ring_bytes: int) -> int:
+    """`ring_bytes`, or what the build's architecture gives a block if less (cuda_arch: the
+    budgets here were measured on the H200, sm_90, whose 227 KB cap none of them)."""
+    return min(ring_bytes, shared_memory()[0])
 
 
 # At 32 rows, 2 tiles whose rings of 2 stages exceed 48 KB but fit this many KB take them in
@@ -194,15 +200,15 @@ def ring_stages(
     while the block's rings exceed `ring`'s KB, else ring_budget(warps), or WIDE_RING_KB for 2
     tiles at WIDE_RING_ROWS rows."""
     stages = mma_override("stages") or ring[1] or MAX_STAGES
-    budget = ring[0] * 1024 or ring_budget(warps)
+    budget = capped(ring[0] * 1024) or ring_budget(warps)
     wide_ring = tiles == 2 and rows_bucket >= WIDE_RING_ROWS and spec.weights[0].quantized  # (dense: unmeasured)
     # only where 2 stages do not fit the usual budget (elsewhere the stages stay as they were)
     if (
         wide_ring
         and mma_override("smem") is None
-        and budget < warps * 2 * slot_bytes(spec, tiles) <= WIDE_RING_KB * 1024
+        and budget < warps * 2 * slot_bytes(spec, tiles) <= capped(WIDE_RING_KB * 1024)
     ):
-        budget = WIDE_RING_KB * 1024
+        budget = capped(WIDE_RING_KB * 1024)
     while stages > 1 and warps * stages * slot_bytes(spec, tiles) > budget:
         stages -= 1
     return stages
@@ -715,7 +721,7 @@ class StagedMMALowering(MMALowering):
     def bound(self, kernel: KernelDef, blocks: int) -> KernelDef:
         """`blocks` per SM asked for (capping registers; 0: none), but no more than the rings let
         share one; rings over 48 KB sized at launch."""
-        fit = max(1, SM_SHARED // (self.ring_bytes + 1024))  # the driver keeps 1 KB a block
+        fit = max(1, shared_memory()[1] // (self.ring_bytes + 1024))  # the driver keeps 1 KB a block
         kernel.min_groups = min(blocks, fit)
         kernel.dynamic_shared = self.ring_bytes if self.ring_bytes > SMEM_LIMIT else 0
         return kernel

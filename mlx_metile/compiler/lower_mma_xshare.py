@@ -27,6 +27,7 @@ outputs equal the K-split kernel's (tests/emu/test_cuda_on_cpu.py).
 from __future__ import annotations
 
 from ..codegen.ast import KernelDef, Raw
+from ..cuda_arch import shared_memory
 from ..spec import ProjectionSpec
 from .lower import LowerError, _Scope
 from .lower_mma import TILE, mma_override, mma_setting
@@ -42,7 +43,6 @@ STAGES = 2  # stages of the rings (x and weights) by default; MLX_METILE_CUDA_MM
 # gate/up+SwiGLU at 32 rows 1.11-1.17x the K-split kernel (2.14-2.27x stock, call 3).
 DEFAULT_WARPS = 4
 DEFAULT_ROWS = 32
-MAX_DYNAMIC_SHARED = 227 * 1024  # what sm_90 gives one block
 
 
 def xshare_default(spec: ProjectionSpec, rows_bucket: int) -> bool:
@@ -153,10 +153,11 @@ class SharedXLowering(StagedMMALowering):
         self.use_helper("cuda_cp_async")
         s, stages, groups = self.s, self.stages, self.groups
         ring_bytes = self.ring_bytes = s.SG * stages * self.slot + stages * self.x_slot
-        if ring_bytes > MAX_DYNAMIC_SHARED:
+        limit = shared_memory()[0]  # what the build's architecture gives one block
+        if ring_bytes > limit:
             raise LowerError(
                 f"{self.p.name}: shared x with {s.SG} warps, {self.tiles} tiles and {stages} stages needs "
-                f"{ring_bytes} bytes of shared memory, over the {MAX_DYNAMIC_SHARED} a block may have"
+                f"{ring_bytes} bytes of shared memory, over the {limit} a block may have"
             )
         lines = [
             ring_declaration(ring_bytes),

@@ -12,11 +12,10 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
+from ..cuda_arch import cuda_arch
 from ..emu.toolchain import cache_root
 from .artifact import Artifact
 from .nvrtc import NvrtcError, compile_cuda, find_nvrtc
-
-DEFAULT_ARCH = "sm_90"
 
 
 class CudaCompileError(RuntimeError):
@@ -34,11 +33,6 @@ def find_nvcc() -> str | None:
         if os.path.exists(root):
             return root
     return None
-
-
-def cuda_arch() -> str:
-    """MLX_METILE_CUDA_ARCH (e.g. sm_90, sm_80, compute_75), default sm_90."""
-    return os.environ.get("MLX_METILE_CUDA_ARCH", DEFAULT_ARCH)
 
 
 def compiler() -> tuple[str, str]:
@@ -96,7 +90,7 @@ def ptx(artifact: Artifact, arch: str | None = None) -> bytes:
         try:
             data = compile_cuda(artifact.source, artifact.entry, arch)
         except NvrtcError as e:
-            raise CudaCompileError(str(e)) from None
+            raise CudaCompileError(f"{e}\n{_arch_hint(arch)}") from None
         _store(out, data)
         return data
     nvcc = path
@@ -114,10 +108,17 @@ def ptx(artifact: Artifact, arch: str | None = None) -> bytes:
             check=False,
         )
         if res.returncode != 0:
-            raise CudaCompileError(f"nvcc failed on {artifact.entry}:\n{res.stderr}")
+            raise CudaCompileError(f"nvcc failed on {artifact.entry}:\n{res.stderr}\n{_arch_hint(arch)}")
         data = dst.read_bytes()
     _store(out, data)
     return data
+
+
+def _arch_hint(arch: str) -> str:
+    return (
+        f"(built for {arch}, the CUDA device's architecture or MLX_METILE_CUDA_ARCH; a compiler too old for "
+        "it fails so: MLX_METILE_CUDA_ARCH=compute_NN builds portable PTX that the driver compiles)"
+    )
 
 
 def _store(out: Path, data: bytes) -> None:

@@ -64,12 +64,11 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
 def tensor_cores() -> bool:
     """Whether the CUDA build target has mma.sync m16n8k16 (sm_80 and later);
     MLX_METILE_CUDA_MMA=0 turns the tensor-core schedule off."""
-    from .cuda import cuda_arch
+    from ..cuda_arch import arch_number, cuda_arch
 
     if os.environ.get("MLX_METILE_CUDA_MMA", "1") == "0":
         return False
-    digits = "".join(ch for ch in cuda_arch() if ch.isdigit())
-    return bool(digits) and int(digits) >= 80
+    return arch_number(cuda_arch()) >= 80
 
 
 @lru_cache(maxsize=512)

@@ -58,5 +58,6 @@ def test_nvrtc_reports_the_compile_log(nvrtc):
         good.schedule,
         good.params,
     )
-    with pytest.raises(cuda_runtime.CudaCompileError, match="undeclared_name"):
+    with pytest.raises(cuda_runtime.CudaCompileError, match="undeclared_name") as info:
         cuda_runtime.ptx(bad, "sm_90")
+    assert "built for sm_90" in str(info.value) and "MLX_METILE_CUDA_ARCH=compute_NN" in str(info.value)
