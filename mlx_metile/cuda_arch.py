@@ -55,7 +55,10 @@ def device_arch() -> str | None:
 
     if not mx.cuda.is_available():
         return None
-    arch = str(mx.device_info(mx.gpu).get("architecture", ""))
+    try:
+        arch = str(mx.device_info(mx.gpu).get("architecture", ""))
+    except (RuntimeError, ValueError, TypeError):  # (an MLX that cannot say: the default)
+        return None
     match = _ARCH.match(arch)
     return arch if match and match.group(1) == "sm" else None
 

@@ -40,6 +40,13 @@ def test_the_cuda_device_s_architecture_else_sm_90(no_arch):
     arch.device_arch.cache_clear()
     no_arch.setattr(mx, "device_info", lambda d=None: {"device_name": "unknown"})  # reported none: the default
     assert arch.cuda_arch() == "sm_90"
+    arch.device_arch.cache_clear()
+
+    def refuses(d=None):
+        raise RuntimeError("no device info")
+
+    no_arch.setattr(mx, "device_info", refuses)
+    assert arch.cuda_arch() == "sm_90"
 
 
 def test_shared_memory_by_compute_capability():
