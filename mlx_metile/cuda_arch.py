@@ -19,7 +19,8 @@ _ARCH = re.compile(r"^(sm|compute)_(\d+)[a-z]?$")
 
 # KB of shared memory per block (opt-in maximum) and per SM, by compute capability: the CUDA C++
 # Programming Guide's technical specifications. Unlisted capabilities take the smallest of the
-# sm_80 family's (100 / 99), so that a kernel never asks for more than a newer part may give.
+# sm_80 family's (99 KB a block, 100 an SM), so that a kernel never asks a newer part for more
+# than it may give.
 SHARED_KB = {
     70: (96, 96),
     72: (96, 96),

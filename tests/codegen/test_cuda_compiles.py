@@ -212,8 +212,10 @@ STAGED_SPECS = [  # (spec, groups per stage by default, or 0: not staged)
     (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64),) * 3, k_multiple=256), 4),  # fused q/k/v
     (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 32),), k_multiple=64), 2),  # fewer groups: K holds 2
     (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64),), k_multiple=64), 0),  # K may not hold a stage
-    (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 128),) * 2, "swiglu", k_multiple=256), 0),  # over shared memory
+    # rings over 48 KB: 74 KB of dynamic shared memory (ring_rule), so 3 blocks per SM at 1-8 rows
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 128),) * 2, "swiglu", k_multiple=256), 2),
 ]
+WIDE_RING_SPEC = STAGED_SPECS[-1][0]
 
 
 @pytest.mark.parametrize("spec,groups", STAGED_SPECS, ids=lambda v: v.name() if hasattr(v, "name") else str(v))
@@ -232,10 +234,23 @@ def test_staged_mma_kernels_compile(fresh_kernels, monkeypatch, spec, groups):
             assert f"const int ch0 = (c_begin + (st) * {groups});" in art.source, spec.name()
             # registers capped for 4 or 2 blocks; 3 for the 16-row 4-bit group-64 gate/up
             bounds = {1: "(128, 4)", 16: "(128, 3)" if gate_up_16(spec, 16) else "(128)", 32: "(128, 2)"}[bucket]
+            if spec is WIDE_RING_SPEC:
+                assert art.dynamic_shared > 48 * 1024
+                bounds = "(128, 3)" if bucket == 1 else bounds  # (the rings let no more share an SM)
             assert f"__launch_bounds__{bounds}" in art.source, spec.name()
         splits.add(k_split(art))
         assert sm90_code(ptx(art, "sm_90"))
     assert len(splits) == 1, splits
+
+
+def test_staged_falls_back_where_the_rings_do_not_fit(fresh_kernels, monkeypatch):
+    """Rings of 2 stages over the shared memory allowed (the 8-bit group-128 SwiGLU's with the
+    48 KB budget of MLX_METILE_CUDA_MMA_SMEM=48): the direct loads."""
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_SMEM", "48")
+    art = compile_projection(WIDE_RING_SPEC, 1, "cuda")
+    assert art.schedule.kind == "mma" and "metile_cp16(" not in art.source and art.dynamic_shared == 0
+    assert sm90_code(ptx(art, "sm_90"))
 
 
 def test_staged_falls_back_where_a_stage_would_not_fit_one_copy(fresh_kernels, monkeypatch):
@@ -362,6 +377,9 @@ def test_one_wave_layout_asks_for_five_blocks_per_sm_only_where_measured(fresh_k
     from mlx_metile.compiler.lower_mma_staged import ONE_TILE, ONE_WAVE, column_layout
 
     monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    # 4 stages in both: ONE_TILE's single 4-bit products keep 3 at 1-8 rows by default (ring_rule,
+    # loads only; ONE_WAVE unmeasured with 3), which the STAGES knob overrides
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_STAGES", "4")
     assert [column_layout(n, 1536) for n in (8448, 8464, 10560, 10576)] == [ONE_TILE, ONE_WAVE, ONE_WAVE, ONE_TILE]
     q4, q8 = WeightFormat("bf16", 4, 64), WeightFormat("bf16", 8, 128)
     for spec in (ProjectionSpec("bf16", (q4,), k_multiple=256), ProjectionSpec("bf16", (q8,), k_multiple=256)):
