@@ -200,15 +200,16 @@ def ring_stages(
     while the block's rings exceed `ring`'s KB, else ring_budget(warps), or WIDE_RING_KB for 2
     tiles at WIDE_RING_ROWS rows."""
     stages = mma_override("stages") or ring[1] or MAX_STAGES
-    budget = capped(ring[0] * 1024) or ring_budget(warps)
+    budget = ring[0] * 1024 or ring_budget(warps)
     wide_ring = tiles == 2 and rows_bucket >= WIDE_RING_ROWS and spec.weights[0].quantized  # (dense: unmeasured)
     # only where 2 stages do not fit the usual budget (elsewhere the stages stay as they were)
     if (
         wide_ring
         and mma_override("smem") is None
-        and budget < warps * 2 * slot_bytes(spec, tiles) <= capped(WIDE_RING_KB * 1024)
+        and budget < warps * 2 * slot_bytes(spec, tiles) <= WIDE_RING_KB * 1024
     ):
-        budget = capped(WIDE_RING_KB * 1024)
+        budget = WIDE_RING_KB * 1024
+    budget = capped(budget)
     while stages > 1 and warps * stages * slot_bytes(spec, tiles) > budget:
         stages -= 1
     return stages
