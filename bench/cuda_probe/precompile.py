@@ -11,11 +11,18 @@ without verification and runs the benchmarks' prefill, decode and verify calls a
 A cached binary is found only where the source, arch and nvcc path match: set MLX_METILE_NVCC to
 the same path on both machines.
 
-    MLX_METILE_CACHE=DIR MLX_METILE_NVCC=/usr/local/cuda/bin/nvcc python bench/cuda_probe/precompile.py
+    MLX_METILE_CACHE=DIR MLX_METILE_NVCC=/usr/local/cuda/bin/nvcc python bench/cuda_probe/precompile.py \
+        [generate] [matrix] [matrix-full] [table]
+
+generate (the default): the end-to-end benchmarks' kernels, as above; matrix / matrix-full: the
+correctness matrix and gradient check of tests/gpu (bench/h200.py's, quick or full; their checks
+fail here, on zeros, which is expected); table: bench/h200.py's benchmark table (every shape,
+format and row count, single and fused).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -32,14 +39,7 @@ from mlx_metile.emu.toolchain import cache_root  # noqa: E402
 PROMPT, VERIFY = 24, 4  # as bench/test_bench_generate.py
 
 
-def main() -> int:
-    ops._backend = lambda stream: "cuda"
-    mx.fast.precompiled_cuda_kernel = lambda **kw: [
-        mx.zeros(s, d) for s, d in zip(kw["output_shapes"], kw["output_dtypes"])
-    ]
-    ops.planned = lambda *args: None  # every call through ops._project (Projection keeps no plan)
-    before = len(list(cache_root("cuda").iterdir()))
-    t0 = time.perf_counter()
+def generate(t0: float) -> None:
     for fmt in ("int4", "int8", "bf16"):
         model = random_llama(fmt, layers=1)
         max_rows = 4 if fmt == "bf16" else 32  # patch's CUDA defaults
@@ -56,6 +56,52 @@ def main() -> int:
         print(f"{fmt}: {time.perf_counter() - t0:.0f} s", flush=True)
     q = mx.quantize(mx.zeros((4096, 4096), mx.bfloat16), group_size=64, bits=4)  # encode_cost.py's chain
     mx.eval(mt.Projection([mt.QuantizedWeight(*q, 64, 4)])(mx.zeros((1, 4096), mx.bfloat16)))
+
+
+def matrix(full: bool) -> None:
+    from bench.h200 import correctness, gradients_check
+
+    report = correctness(quick=not full)
+    print(f"matrix: {report['cases']} cases ({len(report['failures'])} failed on zeros, as expected)")
+    gradients_check()
+
+
+def table() -> None:
+    from bench import h200
+
+    for name, (K, N) in h200.SHAPES.items():
+        for fmt in h200.FORMATS:
+            entry = h200.make_weight(fmt, K, N, 0)
+            for rows in h200.ROWS:
+                mx.eval(h200.product("mlx_metile", fmt, mx.zeros((rows, K), mx.bfloat16), entry))
+        print(f"table: {name}", flush=True)
+    for name, (K, widths, epilogue) in h200.FUSED_SHAPES.items():
+        for fmt in h200.FORMATS:
+            entry = tuple(h200.make_weight(fmt, K, n, j) for j, n in enumerate(widths))
+            for rows in h200.ROWS:
+                mx.eval(h200.fused_product("mlx_metile", fmt, mx.zeros((rows, K), mx.bfloat16), entry, epilogue))
+        print(f"table: {name}", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", nargs="*", default=["generate"], choices=["generate", "matrix", "matrix-full", "table"])
+    args = ap.parse_args()
+    ops._backend = lambda stream: "cuda"
+    mx.fast.precompiled_cuda_kernel = lambda **kw: [
+        mx.zeros(s, d) for s, d in zip(kw["output_shapes"], kw["output_dtypes"])
+    ]
+    ops.planned = lambda *args: None  # every call through ops._project (Projection keeps no plan)
+    before = len(list(cache_root("cuda").iterdir()))
+    t0 = time.perf_counter()
+    for what in args.what:
+        if what == "generate":
+            generate(t0)
+        elif what == "table":
+            table()
+        else:
+            matrix(full=what == "matrix-full")
+        print(f"{what} done: {time.perf_counter() - t0:.0f} s", flush=True)
     after = len(list(cache_root("cuda").iterdir()))
     print(f"{after - before} kernels compiled into {cache_root('cuda')} ({after} there)")
     return 0

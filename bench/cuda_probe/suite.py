@@ -363,6 +363,21 @@ SUITE_Q8G128_SWIGLU = {
         Q8G128_SWIGLU,
     ),
 }
+# s16-q8groups: 8-bit weights at 1-8 rows, whose ring copies bound them (s15-q8deep): longer
+# contiguous runs of each column per stage (GROUPS=4: 256 bytes of group-64 weights, 512 of group
+# 128, instead of 128 / 256), given the shared memory that keeps their tiles and stages (64-80 KB),
+# and the warps taking K in interleaved stages (INTERLEAVE=1: adjacent runs of each column in
+# flight at once; another sum order) with the current padding and swizzle.
+Q8GROUPS = [
+    "default=",
+    f"g4={E}GROUPS=4",
+    f"g4s64={E}GROUPS=4;{E}SMEM=64",
+    f"g4s80={E}GROUPS=4;{E}SMEM=80",
+    f"il={E}INTERLEAVE=1",
+    f"ilg4s80={E}INTERLEAVE=1;{E}GROUPS=4;{E}SMEM=80",
+    "again=",
+]
+SUITE_Q8GROUPS = format_suite("q8groups", Q8GROUPS, ("q8g64", "q8g128"), LLAMA_SHAPES, "1,4,8")
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -388,6 +403,7 @@ SUITES = {
     "s15-denseswiglu2": SUITE_DENSE_SWIGLU2,
     "s15-q8deep": SUITE_Q8DEEP,
     "s15-q8g128swiglu": SUITE_Q8G128_SWIGLU,
+    "s16-q8groups": SUITE_Q8GROUPS,
 }
 
 

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# On the lent GPU machine: device call 2 of ../shared/DEVICE.md's pair, made right after call 1
+# parked .whlA's parts in $HOME/parts; carry [".whlB", ".kcache", ...]. Once per warm machine it
+# installs MLX's CUDA build into $HOME/site and builds the extension against it (pip wheel, no
+# build isolation) into the source tree; it unpacks the kernel cache that
+# bench/cuda_probe/precompile.py filled on a machine without a GPU (.kcache/kcache.tar.gz, a tar
+# of that cache's cuda/ folder), prints what MLX and mlx_metile see, then runs the command:
+#   bash bench/device_run.sh CMD...        (METILE_REBUILD=1 rebuilds the extension)
+set -uo pipefail
+export PYTHONPATH=$HOME/site:$PWD
+if ! python3 -c "import mlx.core" 2>/dev/null; then
+  [ -d "$HOME/parts" ] || { echo "no \$HOME/parts: repeat device call 1"; exit 3; }
+  version=$(cd .whlB && ls mlx-*.whl | sed 's/^mlx-\([^-]*\)-.*/\1/')
+  whl=$HOME/mlx_cuda_13-$version-py3-none-manylinux_2_35_x86_64.whl
+  cat "$HOME"/parts/part_* .whlB/part_* >"$whl"
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$HOME/site" "$whl" .whlB/mlx-*.whl || exit 4
+fi
+if [ "${METILE_REBUILD:-0}" = 1 ] || ! ls mlx_metile/_ext*.so >/dev/null 2>&1; then
+  t0=$SECONDS
+  rm -rf /tmp/metile_whl
+  python3 -m pip wheel -q --no-build-isolation --no-deps -w /tmp/metile_whl . >/tmp/metile_build.txt 2>&1 ||
+    { tail -30 /tmp/metile_build.txt; exit 5; }
+  python3 - <<'EOF'
+import glob, zipfile
+z = zipfile.ZipFile(glob.glob("/tmp/metile_whl/mlx_metile-*.whl")[0])
+for name in z.namelist():
+    if name.startswith("mlx_metile/_ext"):
+        z.extract(name, ".")
+EOF
+  echo "extension built in $((SECONDS - t0)) s"
+fi
+export MLX_METILE_CACHE=$HOME/kcache MLX_METILE_NVCC=/usr/local/cuda/bin/nvcc
+if [ -f .kcache/kcache.tar.gz ]; then
+  mkdir -p "$HOME/kcache" && tar -xzf .kcache/kcache.tar.gz -C "$HOME/kcache"
+fi
+python3 - <<'EOF'
+import mlx.core as mx
+import mlx_metile as mt
+from mlx_metile import cuda_arch
+info = mx.device_info(mx.gpu)
+print(f"MLX {mx.__version__} on {mx.default_device()}: {info.get('device_name', '?')}, "
+      f"architecture {info.get('architecture')!r} -> mlx_metile builds {cuda_arch.cuda_arch()}; "
+      f"extension {'loaded' if mt.ops._ext is not None else 'NOT loaded'}", flush=True)
+EOF
+"$@"
