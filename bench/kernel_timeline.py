@@ -1,0 +1,115 @@
+"""Where a compiled loop of products spends its GPU time on MLX's CUDA backend: the kernels' own
+durations and the idle gaps between them, read with CUPTI through PyTorch's profiler (which
+records every kernel of the process, MLX's graph-launched ones included; the GPU machine has no
+Nsight Systems). For each case, mlx-metile's products, stock MLX's, and the read floor
+(bench/read_floor.py) over the same pool of weights, as bench/h200.py times them:
+
+    python3 bench/kernel_timeline.py OUT.json [shape:format:rows ...]
+
+Per implementation: kernels per product, the median kernel duration, the median gap from a
+kernel's end to the next kernel's start, and the span (first start to last end) per product.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import mlx.core as mx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from read_floor import read_all  # noqa: E402
+
+from bench import h200  # noqa: E402
+
+PRODUCTS = 256
+DEFAULT_CASES = [
+    "llama8b_qkvo_4096x4096:bf16:1",
+    "llama8b_qkvo_4096x4096:bf16:8",
+    "llama8b_gateup_4096x14336:bf16:1",
+    "llama8b_gateup_4096x14336:int4:1",
+    "llama8b_gateup_4096x14336:int8:1",
+    "llama8b_qkvo_4096x4096:int4:1",
+]
+
+
+def kernel_events(torch, fn, x) -> list[tuple[float, float, str]]:
+    """(start us, duration us, name) of every kernel one evaluation of fn(x) ran, in start order."""
+    from torch.profiler import ProfilerActivity, profile
+
+    mx.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        mx.eval(fn(x))
+        mx.synchronize()
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text()).get("traceEvents", [])
+    kernels = [
+        (float(e["ts"]), float(e["dur"]), str(e.get("name", "")))
+        for e in events
+        if e.get("cat") == "kernel" and e.get("ph") == "X"
+    ]
+    return sorted(kernels)
+
+
+def summary(kernels: list[tuple[float, float, str]]) -> dict:
+    if not kernels:
+        return {"kernels": 0}
+    gaps = [b[0] - (a[0] + a[1]) for a, b in zip(kernels, kernels[1:])]
+    names: dict[str, int] = {}
+    for _, _, name in kernels:
+        short = name.split("(")[0][:60]
+        names[short] = names.get(short, 0) + 1
+    return {
+        "kernels_per_product": round(len(kernels) / PRODUCTS, 2),
+        "median_kernel_us": round(statistics.median(k[1] for k in kernels), 2),
+        "median_gap_us": round(statistics.median(gaps), 2) if gaps else None,
+        "span_per_product_us": round((kernels[-1][0] + kernels[-1][1] - kernels[0][0]) / PRODUCTS, 2),
+        "names": dict(sorted(names.items(), key=lambda kv: -kv[1])[:4]),
+    }
+
+
+def case(torch, spec: str) -> dict:
+    shape, fmt, rows = spec.split(":")
+    K, N = h200.SHAPES[shape]
+    pool, nbytes = h200.make_pool(fmt, K, N)
+    metile, stock = h200.products(fmt, pool)
+
+    def floor(x):
+        return [read_all(h200.flat(pool[i % len(pool)])) for i in range(PRODUCTS)]
+
+    x = mx.random.normal((int(rows), K)).astype(mx.bfloat16)
+    result = {"case": spec, "weight_bytes": nbytes}
+    for name, fn in (("mlx_metile", metile), ("stock", stock), ("read_floor", floor)):
+        compiled = mx.compile(fn)
+        for _ in range(3):
+            mx.eval(compiled(x))
+        s = summary(kernel_events(torch, compiled, x))
+        result[name] = s
+        print(spec, name, json.dumps(s), flush=True)
+    return result
+
+
+def main() -> int:
+    import torch
+
+    if len(sys.argv) < 2:
+        raise SystemExit("usage: kernel_timeline.py OUT.json [shape:format:rows ...]")
+    h200.PRODUCTS_PER_EVAL = PRODUCTS
+    mx.set_default_device(mx.gpu)
+    torch.zeros(1, device="cuda")  # (PyTorch's context: CUPTI then sees MLX's kernels as well)
+    results = [case(torch, spec) for spec in (sys.argv[2:] or DEFAULT_CASES)]
+    Path(sys.argv[1]).write_text(
+        json.dumps({"mlx": mx.__version__, "torch": torch.__version__, "cases": results}, indent=1)
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
