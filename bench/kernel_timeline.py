@@ -7,7 +7,10 @@ Nsight Systems). For each case, mlx-metile's products, stock MLX's, and the read
     python3 bench/kernel_timeline.py OUT.json [shape:format:rows ...]
 
 Per implementation: kernels per product, the median kernel duration, the median gap from a
-kernel's end to the next kernel's start, and the span (first start to last end) per product.
+kernel's end to the next kernel's start (negative: kernels overlapping, as MLX's graph lets
+independent products run concurrently), the span (first start to last end) per product, the time
+the GPU ran no kernel within that span, and the lead: from the evaluation's start on the host to
+its first kernel (the host building the first CUDA graph, which nothing hides), per product.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import mlx.core as mx
@@ -37,14 +41,16 @@ DEFAULT_CASES = [
 ]
 
 
-def kernel_events(torch, fn, x) -> list[tuple[float, float, str]]:
-    """(start us, duration us, name) of every kernel one evaluation of fn(x) ran, in start order."""
-    from torch.profiler import ProfilerActivity, profile
+def kernel_events(torch, fn, x) -> tuple[list[tuple[float, float, str]], tuple[float, float] | None]:
+    """(start us, duration us, name) of every kernel one evaluation of fn(x) ran, in start order,
+    and (start us, duration us) of the evaluation on the host (same clock), if recorded."""
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     mx.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        mx.eval(fn(x))
-        mx.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with record_function("metile_eval"):
+            mx.eval(fn(x))
+            mx.synchronize()
         torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
@@ -55,10 +61,21 @@ def kernel_events(torch, fn, x) -> list[tuple[float, float, str]]:
         for e in events
         if e.get("cat") == "kernel" and e.get("ph") == "X"
     ]
-    return sorted(kernels)
+    host = [(float(e["ts"]), float(e["dur"])) for e in events if e.get("name") == "metile_eval" and "dur" in e]
+    return sorted(kernels), (host[0] if host else None)
 
 
-def summary(kernels: list[tuple[float, float, str]]) -> dict:
+def idle_within(kernels: list[tuple[float, float, str]]) -> float:
+    """Time within the kernels' span during which none ran (us)."""
+    idle, end = 0.0, kernels[0][0]
+    for start, duration, _ in kernels:
+        if start > end:
+            idle += start - end
+        end = max(end, start + duration)
+    return idle
+
+
+def summary(kernels: list[tuple[float, float, str]], host: tuple[float, float] | None) -> dict:
     if not kernels:
         return {"kernels": 0}
     gaps = [b[0] - (a[0] + a[1]) for a, b in zip(kernels, kernels[1:])]
@@ -71,8 +88,26 @@ def summary(kernels: list[tuple[float, float, str]]) -> dict:
         "median_kernel_us": round(statistics.median(k[1] for k in kernels), 2),
         "median_gap_us": round(statistics.median(gaps), 2) if gaps else None,
         "span_per_product_us": round((kernels[-1][0] + kernels[-1][1] - kernels[0][0]) / PRODUCTS, 2),
+        "idle_in_span_per_product_us": round(idle_within(kernels) / PRODUCTS, 2),
+        "lead_per_product_us": round((kernels[0][0] - host[0]) / PRODUCTS, 2) if host else None,
+        "evaluation_per_product_us": round(host[1] / PRODUCTS, 2) if host else None,
         "names": dict(sorted(names.items(), key=lambda kv: -kv[1])[:4]),
     }
+
+
+def wall_per_product(fn, x, evaluations: int) -> float:
+    """Median wall time per product (us) of `evaluations` issued with mx.async_eval between two
+    synchronizations: 1 is bench/h200.py's timing; more let the host build the next evaluation
+    while the GPU runs the last, as mlx-lm's decode loop does (the steady state)."""
+    times = []
+    for _ in range(5):
+        mx.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(evaluations):
+            mx.async_eval(fn(x))
+        mx.synchronize()
+        times.append((time.perf_counter() - t0) / (evaluations * PRODUCTS) * 1e6)
+    return round(statistics.median(times), 2)
 
 
 def case(torch, spec: str) -> dict:
@@ -90,7 +125,9 @@ def case(torch, spec: str) -> dict:
         compiled = mx.compile(fn)
         for _ in range(3):
             mx.eval(compiled(x))
-        s = summary(kernel_events(torch, compiled, x))
+        s = summary(*kernel_events(torch, compiled, x))
+        s["wall_per_product_us"] = wall_per_product(compiled, x, 1)
+        s["pipelined_wall_per_product_us"] = wall_per_product(compiled, x, 4)
         result[name] = s
         print(spec, name, json.dumps(s), flush=True)
     return result
