@@ -10,7 +10,9 @@ the MLX correctness matrix on the GPU: it is the reference).
 
 Prints one JSON line per variant and row count: median microseconds, effective
 weight GB/s, and the largest difference from the reference relative to its
-largest magnitude. Used to pick schedules before the MLX-based runs
+largest magnitude. A variant named `cublas` (dense bf16 single products) times
+cuBLAS's `cublasGemmEx` (bf16 in and out, f32 compute: what PyTorch's F.linear calls)
+on the same pool the same way - link with -lcublas. Used to pick schedules before the MLX-based runs
 (bench/h200.py), which remain the measurements the README quotes.
 """
 
@@ -114,6 +116,24 @@ VARIANT = r"""
 """
 
 
+# cuBLAS on the same pool: y[rows, N] = x[rows, K] W[N, K]^T, in cuBLAS's column-major terms
+# y^T (N x rows) = op_T(W as K x N) x^T (K x rows)
+CUBLAS_LAUNCH = (
+    "cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, N[0], rows, K, &one, sets[p][0], CUDA_R_16BF, K, x, "
+    "CUDA_R_16BF, K, &zero, y, CUDA_R_16BF, N[0], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)"
+)
+
+
+def cublas_variant(name: str) -> str:
+    """The VARIANT block with cuBLAS's product in place of a generated kernel."""
+    text = VARIANT.replace(
+        "      cudaFuncSetAttribute((const void*)@ENTRY@, cudaFuncAttributeMaxDynamicSharedMemorySize, @SMEM@);\n",
+        "",
+    )
+    text = text.replace("@ENTRY@<<<@GRID@, dim3(@TX@, 1, 1), @SMEM@>>>(@ARGS@);", CUBLAS_LAUNCH + ";")
+    return text.replace("@NAME@", name).replace("@FIRST@", "false").replace("@NOUT@", "N[0]")
+
+
 def parse_format(text: str) -> tuple[int, int]:
     """(bits, group size) of q4g64-style formats; (0, 0) for dense bf16 weights."""
     if text == "bf16":
@@ -152,8 +172,15 @@ def main() -> None:
     alloc, params = [], None
     sources, variants = [], []
     layout = column_layout(N, K) if args.layout is None else args.layout  # the op's, unless given
+    blas = [text.partition("=")[0] for text in args.variant if text.partition("=")[0] == "cublas"]
+    if blas and (bits or nw != 1):
+        raise SystemExit("--variant cublas: dense bf16 single products only (--format bf16 --epilogue none)")
+    if args.variant and args.variant[0].partition("=")[0] == "cublas":
+        raise SystemExit("--variant cublas: not first (the first variant is the reference)")
     for vi, text in enumerate(args.variant):
         name, _, settings = text.partition("=")
+        if name == "cublas":
+            continue
         # HACK=nox,nomath: diagnostic rewrites of the source (diagnostics.py), not settings
         hacks = ",".join(a.partition("=")[2] for a in settings.split(";") if a.startswith("HACK="))
         # BUCKET=b: at most row bucket b's kernel, launched over ceil(rows / b) row blocks (grid y)
@@ -229,6 +256,7 @@ def main() -> None:
         }.items():
             text = text.replace(key, val)
         body.append(f"    if (rows > {lo} && rows <= {bucket}) {text}")
+    body += [f"    {cublas_variant(name)}" for name in blas]
     main_src = MAIN
     for key, val in {
         "@K@": str(K),
@@ -242,6 +270,10 @@ def main() -> None:
     }.items():
         main_src = main_src.replace(key, val)
     head = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cstring>\n"
+    if blas:
+        head += "#include <cublas_v2.h>\n"
+        setup = "  cublasHandle_t blas; cublasCreate(&blas);\n  const float one = 1.0f, zero = 0.0f;\n"
+        main_src = main_src.replace("  for (int rows : rows_list) {", setup + "  for (int rows : rows_list) {", 1)
     Path(args.out).write_text(head + "\n".join(sources) + main_src)
 
 

@@ -7,9 +7,16 @@
 set -uo pipefail
 out=${1:?usage: run_ab.sh OUTDIR file.cu...}
 shift
+# cuBLAS (the harness's `cublas` variant): the toolkit's, else the one PyTorch's wheels bring
+blas=(-lcublas)
+if ! echo '#include <cublas_v2.h>' | nvcc -E -x cu - >/dev/null 2>&1; then
+  dir=$(python3 -c "import nvidia.cublas as m; print(list(m.__path__)[0])" 2>/dev/null)
+  lib=$(ls "$dir"/lib/libcublas.so.* 2>/dev/null | head -1)
+  [ -n "$lib" ] && blas=(-I"$dir/include" "$lib" -Xlinker -rpath -Xlinker "$dir/lib")
+fi
 for f in "$@"; do
   b=$(basename "$f" .cu)
-  (nvcc -O3 -arch=sm_90 -diag-suppress 177 -o "/tmp/$b" "$f" 2>"/tmp/$b.build.txt" ||
+  (nvcc -O3 -arch=sm_90 -diag-suppress 177 -o "/tmp/$b" "$f" "${blas[@]}" 2>"/tmp/$b.build.txt" ||
     cp "/tmp/$b.build.txt" "$out/$b.build.txt") &
 done
 wait

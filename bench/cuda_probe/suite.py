@@ -378,6 +378,13 @@ Q8GROUPS = [
     "again=",
 ]
 SUITE_Q8GROUPS = format_suite("q8groups", Q8GROUPS, ("q8g64", "q8g128"), LLAMA_SHAPES, "1,4,8")
+# s16-cublas: the dense kernels against cuBLAS's cublasGemmEx (what PyTorch's F.linear calls) in the
+# same harness - the same pool, launches and CUDA events - for every shape of the issue at 1-32 rows.
+CUBLAS = ["default=", "cublas=", "again="]
+SUITE_CUBLAS = {
+    f"bf16_{k}x{n}_cublas": ([*shape("bf16", k, n, 4 if k * n > 2**25 else 16), "--rows", "1,2,4,8,16,32"], CUBLAS)
+    for k, n in (*LLAMA_SHAPES, (1536, 8960), (8960, 1536))
+}
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -404,6 +411,7 @@ SUITES = {
     "s15-q8deep": SUITE_Q8DEEP,
     "s15-q8g128swiglu": SUITE_Q8G128_SWIGLU,
     "s16-q8groups": SUITE_Q8GROUPS,
+    "s16-cublas": SUITE_CUBLAS,
 }
 
 
