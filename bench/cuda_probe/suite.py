@@ -385,6 +385,46 @@ SUITE_CUBLAS = {
     f"bf16_{k}x{n}_cublas": ([*shape("bf16", k, n, 4 if k * n > 2**25 else 16), "--rows", "1,2,4,8,16,32"], CUBLAS)
     for k, n in (*LLAMA_SHAPES, (1536, 8960), (8960, 1536))
 }
+# s16-qwendense: s16-cublas had our bf16 Qwen gate/up (1536 -> 8960, K too short for 8 warps' rings
+# of 2 stages: 3 stages of 64 each) at 0.97-0.71x cuBLAS at 2-32 rows. Fewer warps per block (a
+# longer K range each; another sum order), 2 tiles, a deeper ring; the TILES layout in its own file.
+QWEN_DENSE = [
+    "default=",
+    f"w4={E}WARPS=4",
+    f"w2={E}WARPS=2",
+    f"w4s3={E}WARPS=4;{E}STAGES=3;{E}SMEM=80",
+    f"w2s4={E}WARPS=2;{E}STAGES=4;{E}SMEM=80",
+    "cublas=",
+    "again=",
+]
+QWEN_ARGS = [*shape("bf16", 1536, 8960, 16), "--rows", "1,2,4,8,16,32"]
+SUITE_QWEN_DENSE = {
+    "bf16_1536x8960_qwendense": (QWEN_ARGS, QWEN_DENSE),
+    "bf16_1536x8960_tiles_qwendense": ([*QWEN_ARGS, "--layout", "0"], ["default=", f"w4={E}WARPS=4", "cublas="]),
+}
+# s16-shallow: s16-qwendense had 2 warps per block (w2) 1.07-1.17x at 1-32 rows on the bf16 Qwen
+# gate/up (the ONE_WAVE layout). Whether that carries to its SwiGLU form and to other dense products
+# over a short K (one tile per block, ONE_TILE): Llama-3.2-1B/3B's gate/up and square projections.
+SHALLOW = ["default=", f"w2={E}WARPS=2", f"w4s3={E}WARPS=4;{E}STAGES=3;{E}SMEM=80", "cublas="]
+SUITE_SHALLOW = {
+    "bf16_qwen_gateup_fused_shallow": (
+        ["--format", "bf16", "--k", "1536", "--n", "8960", "--pool", "8", "--rows", "1,2,4,8,16,32"],
+        SHALLOW[:-1],
+    ),
+    **{
+        f"bf16_{k}x{n}_shallow": ([*shape("bf16", k, n, pool_by_size(k, n)), "--rows", "1,2,4,8,16,32"], SHALLOW)
+        for k, n in ((2048, 8192), (3072, 8192), (1536, 1536), (2048, 2048))
+    },
+}
+# s16-deepring: s16-shallow's default took 14.0-14.4 us at 1-4 rows of bf16 2048 -> 8192 and 12.6 at 8:
+# the dense deep ring (lower_mma_staged.DENSE_DEEP_RING, 3 stages in 80 KB at 1-4 rows in ONE_TILE and
+# DEEP) leaves an SM 2 blocks, and these one-tile grids have more (512-1184 blocks). The 48 KB ring
+# (SMEM=48) against it on such grids, and on the grids it was measured on (256 blocks) as controls.
+DEEPRING = ["default=", f"smem48={E}SMEM=48", "again="]
+SUITE_DEEPRING = {
+    f"bf16_{k}x{n}_deepring": ([*shape("bf16", k, n, pool_by_size(k, n)), "--rows", "1,2,4,8"], DEEPRING)
+    for k, n in ((2048, 8192), (3072, 8192), (2048, 11008), (3584, 18944), (4096, 4096), (14336, 4096))
+}
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -412,6 +452,9 @@ SUITES = {
     "s15-q8g128swiglu": SUITE_Q8G128_SWIGLU,
     "s16-q8groups": SUITE_Q8GROUPS,
     "s16-cublas": SUITE_CUBLAS,
+    "s16-qwendense": SUITE_QWEN_DENSE,
+    "s16-shallow": SUITE_SHALLOW,
+    "s16-deepring": SUITE_DEEPRING,
 }
 
 

@@ -225,6 +225,11 @@ def ring_stages(
 #   SwiGLU gate/up 4096 -> 2 x 14336, whose two accumulators got one tile of 4 stages in the 100 KB
 #   instead, ran 0.89x / 0.96x at 32 / 16 rows against the 48 KB ring (h200-ab-2026-11-30-session15.json,
 #   calls 4-5; through MLX 0.76x stock at 32 rows in that session's full run).
+#   The deep ring not in ONE_TILE_WIDE, whose grids (2-4 blocks per SM) run as one wave at the 48 KB
+#   ring's 4 blocks per SM and as two at the deep ring's 2: 48 KB there 1.13-1.15x on bf16 2048 -> 8192
+#   and 1.09-1.13x on 3072 -> 8192 at 1-4 rows (bench/results/h200-ab-2026-11-30-session16.json, call 7,
+#   bit-identical); the deep ring stays where it was measured and on grids of more than 4 blocks per
+#   SM (48 KB: 2048 -> 11008 0.99-1.01x, 3584 -> 18944 0.96-0.99x; 4096 -> 4096 0.96-0.98x).
 # - single products of 4-bit weights (groups 64 and 128) in one tile (ONE_TILE, and DEEP, which
 #   for 4-bit weights is the same kernel) at 1-8 rows: 3 stages instead of 4 (34 KB
 #   of rings a block instead of 45, leaving the SM's L1 more room for x): 1.02-1.05x on
@@ -258,7 +263,7 @@ def ring_rule(spec: ProjectionSpec, layout: int, rows_bucket: int) -> tuple[int,
         return (0, 0)
     if w.quantized:
         single_q4 = w.bits == 4 and w.group_size in (64, 128)
-        one_tile = layout in (ONE_TILE, DEEP)  # (DEEP: ONE_TILE's kernel for 4-bit weights)
+        one_tile = layout in (ONE_TILE, ONE_TILE_WIDE, DEEP)  # (DEEP: ONE_TILE's kernel for 4-bit weights)
         return Q4_ONE_TILE_RING if single_q4 and one_tile and rows_bucket <= 8 else (0, 0)
     if layout == TILES and rows_bucket >= 16:
         return DENSE_WIDE_RING
@@ -297,7 +302,10 @@ SHORT_K = 4096
 # h200-ab-2026-11-29-session11.json, 1536 -> 8960 at 1-8 rows: 1.03-1.07x (4-bit group 64), 1.03-1.06x
 # (8-bit group 64), 1.09-1.12x (4-bit group 128), 1.12-1.17x (8-bit group 128); the SwiGLU gate/up
 # there spills at 96 registers (0.94-1.01x for group 64 and 8-bit group 128), so it keeps 4.
-TILES, ONE_TILE, SPREAD, DEEP, ONE_WAVE = LAYOUTS = (0, 1, 2, 3, 4)
+# ONE_TILE_WIDE: ONE_TILE for grids of more than 2 and at most 4 blocks per SM (4225-8448 columns), which
+# run as one wave at 4 blocks per SM: the same kernels but for dense weights at 1-4 rows, which keep
+# the 48 KB ring there instead of the deep ring's 80 KB (2 blocks per SM; see ring_rule).
+TILES, ONE_TILE, SPREAD, DEEP, ONE_WAVE, ONE_TILE_WIDE = LAYOUTS = (0, 1, 2, 3, 4, 5)
 WAVE_BLOCKS = 5
 SMS = 132  # SMs of the H200
 SPREAD_COLUMNS = SMS * TILE
@@ -309,14 +317,17 @@ DEEP_ROWS = 8  # the largest row bucket whose blocks have a warp per K range
 
 
 def column_layout(columns: int, k: int) -> int:
-    """The layout (TILES, ONE_TILE, SPREAD, DEEP or ONE_WAVE) of a product of `columns` output columns over `k`."""
+    """The layout (TILES, ONE_TILE, SPREAD, DEEP, ONE_WAVE or ONE_TILE_WIDE) of a product of `columns`
+    output columns over `k`."""
     if columns <= SPREAD_COLUMNS and k >= SPREAD_K:
         return SPREAD
     if columns <= DEEP_COLUMNS and k >= SHORT_K and (k >= SPREAD_K or columns <= SPREAD_COLUMNS):
         return DEEP
     if columns < NARROW_COLUMNS or k < SHORT_K:
         blocks = -(-columns // TILE)
-        return ONE_WAVE if 4 * SMS < blocks <= WAVE_BLOCKS * SMS else ONE_TILE
+        if 4 * SMS < blocks <= WAVE_BLOCKS * SMS:
+            return ONE_WAVE
+        return ONE_TILE_WIDE if 2 * SMS < blocks <= 4 * SMS else ONE_TILE
     return TILES
 
 

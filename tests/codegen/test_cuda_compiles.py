@@ -366,7 +366,7 @@ def test_column_layouts_of_the_benchmark_shapes_and_their_warps(fresh_kernels, m
         assert all(a.schedule.BN == 16 and "metile_cp16(" in a.source for a in arts)
         assert sm90_code(ptx(arts[-1], "sm_90"))
     with pytest.raises(ValueError, match="layout: expected one of"):
-        compile_projection(ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 8, "cuda", 5)
+        compile_projection(ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 8, "cuda", 6)
 
 
 def test_one_wave_layout_asks_for_five_blocks_per_sm_only_where_measured(fresh_kernels, monkeypatch):
@@ -374,13 +374,14 @@ def test_one_wave_layout_asks_for_five_blocks_per_sm_only_where_measured(fresh_k
     weights at 1-8 rows ask for 5 blocks per SM; their sources are ONE_TILE's but for the
     launch bound (so the same sums), and the SwiGLU gate/up, concatenated q/k/v, dense weights
     and 16-32 rows keep ONE_TILE's kernels. The bound holds for sm_90 without spilling at group 64."""
-    from mlx_metile.compiler.lower_mma_staged import ONE_TILE, ONE_WAVE, column_layout
+    from mlx_metile.compiler.lower_mma_staged import ONE_TILE, ONE_TILE_WIDE, ONE_WAVE, column_layout
 
     monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
     # 4 stages in both: ONE_TILE's single 4-bit products keep 3 at 1-8 rows by default (ring_rule,
     # loads only; ONE_WAVE unmeasured with 3), which the STAGES knob overrides
     monkeypatch.setenv("MLX_METILE_CUDA_MMA_STAGES", "4")
-    assert [column_layout(n, 1536) for n in (8448, 8464, 10560, 10576)] == [ONE_TILE, ONE_WAVE, ONE_WAVE, ONE_TILE]
+    widths = (8448, 8464, 10560, 10576)
+    assert [column_layout(n, 1536) for n in widths] == [ONE_TILE_WIDE, ONE_WAVE, ONE_WAVE, ONE_TILE]
     q4, q8 = WeightFormat("bf16", 4, 64), WeightFormat("bf16", 8, 128)
     for spec in (ProjectionSpec("bf16", (q4,), k_multiple=256), ProjectionSpec("bf16", (q8,), k_multiple=256)):
         for bucket in (1, 8):
@@ -404,6 +405,45 @@ def test_one_wave_layout_asks_for_five_blocks_per_sm_only_where_measured(fresh_k
     usage = ptxas_usage(compile_projection(ProjectionSpec("bf16", (q4,), k_multiple=256), 8, "cuda", ONE_WAVE))
     if usage is not None:
         assert usage["registers"] <= 96 and usage["spill"] == 0, usage
+
+
+def test_one_tile_wide_layout_differs_from_one_tile_only_in_the_dense_rings_at_1_to_4_rows(fresh_kernels, monkeypatch):
+    """lower_mma_staged.ONE_TILE_WIDE (one-tile grids of 2-4 blocks per SM): ONE_TILE's kernels, but
+    single dense products at 1-4 rows keep the 48 KB ring (one wave at 4 blocks per SM) instead of the
+    deep ring's 80 KB of dynamic shared memory (2 per SM); quantized weights, fused products and 8-32
+    rows build the same sources as in ONE_TILE."""
+    from mlx_metile.compiler.lower_mma_staged import ONE_TILE, ONE_TILE_WIDE, column_layout
+
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    assert [column_layout(n, k) for n, k in ((4224, 4096), (4225, 4096), (8192, 2048), (8447, 4096))] == [
+        ONE_TILE,
+        ONE_TILE_WIDE,
+        ONE_TILE_WIDE,
+        ONE_TILE_WIDE,
+    ]
+    assert [column_layout(n, k) for n, k in ((8448, 4096), (11008, 2048), (4096, 4096))] != [ONE_TILE_WIDE] * 3
+    dense = ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256)
+    for bucket in (1, 2, 4):
+        wide, tile = (compile_projection(dense, bucket, "cuda", lay) for lay in (ONE_TILE_WIDE, ONE_TILE))
+        assert wide.dynamic_shared == 0 and tile.dynamic_shared > 48 * 1024, bucket
+    q4, q8 = WeightFormat("bf16", 4, 64), WeightFormat("bf16", 8, 128)
+    same = (
+        ProjectionSpec("bf16", (q4,), k_multiple=256),
+        ProjectionSpec("bf16", (q8,), k_multiple=256),
+        ProjectionSpec("bf16", (WeightFormat("bf16"),) * 2, "swiglu", k_multiple=256),
+        ProjectionSpec("bf16", (q4,) * 3, k_multiple=256),
+    )
+    for spec in same:
+        for bucket in (1, 4, 8, 16, 32):
+            assert (
+                compile_projection(spec, bucket, "cuda", ONE_TILE_WIDE).source
+                == compile_projection(spec, bucket, "cuda", ONE_TILE).source
+            ), (spec.name(), bucket)
+    for bucket in (8, 16, 32):
+        assert (
+            compile_projection(dense, bucket, "cuda", ONE_TILE_WIDE).source
+            == compile_projection(dense, bucket, "cuda", ONE_TILE).source
+        )
 
 
 def test_eight_bit_group_128_takes_two_tiles_in_dynamic_shared_memory_at_32_rows(fresh_kernels, monkeypatch):

@@ -498,9 +498,10 @@ def test_shared_x_over_the_shared_memory_of_a_block_is_refused(monkeypatch):
 
 def test_dense_rings_in_dynamic_shared_memory_give_the_bits_of_the_48_kb_ones(monkeypatch):
     """lower_mma_staged.ring_rule: dense weights take two tiles in a 100 KB ring at 16-32 rows
-    of wide products, and 3 stages in 80 KB at 1-4 rows of one-tile ones; both move loads only,
-    so every output bit equals the 48 KB ring's (MLX_METILE_CUDA_MMA_SMEM=48)."""
-    from mlx_metile.compiler.lower_mma_staged import DEEP, ONE_TILE, TILES, ring_rule
+    of wide products, and 3 stages in 80 KB at 1-4 rows of one-tile ones (not in ONE_TILE_WIDE,
+    which keeps 48 KB); both move loads only, so every output bit equals the 48 KB ring's
+    (MLX_METILE_CUDA_MMA_SMEM=48)."""
+    from mlx_metile.compiler.lower_mma_staged import DEEP, ONE_TILE, ONE_TILE_WIDE, TILES, ring_rule
 
     spec = ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256)
     case = Case(spec, 512, 48, rows=16)
@@ -517,6 +518,9 @@ def test_dense_rings_in_dynamic_shared_memory_give_the_bits_of_the_48_kb_ones(mo
         monkeypatch.delenv("MLX_METILE_CUDA_MMA_SMEM")
     _set(monkeypatch, {})
     assert compile_projection(spec, 8, "cuda", ONE_TILE).dynamic_shared == 0  # 8 rows: the 48 KB ring
+    assert compile_projection(spec, 4, "cuda", ONE_TILE_WIDE).dynamic_shared == 0
+    deep = case.run(4, 3, ONE_TILE)
+    assert all(np.array_equal(a, b) for a, b in zip(deep, case.run(4, 3, ONE_TILE_WIDE)))
     swiglu = ProjectionSpec("bf16", (WeightFormat("bf16"),) * 2, "swiglu", k_multiple=256)
     assert ring_rule(swiglu, TILES, 32) == ring_rule(swiglu, ONE_TILE, 1) == (0, 0)  # single products only
 
