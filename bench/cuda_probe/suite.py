@@ -425,6 +425,22 @@ SUITE_DEEPRING = {
     f"bf16_{k}x{n}_deepring": ([*shape("bf16", k, n, pool_by_size(k, n)), "--rows", "1,2,4,8"], DEEPRING)
     for k, n in ((2048, 8192), (3072, 8192), (2048, 11008), (3584, 18944), (4096, 4096), (14336, 4096))
 }
+# s16-dense32: s16-cublas had the wide dense products at 0.875-0.95x cuBLAS at 16-32 rows, where each
+# block of 16-32 columns reads all of x again (32 rows of 14336 -> 4096: 235 MB of x from L2 for 117 MB
+# of weights). Wider blocks: 4 tiles in 200 KB, 2 tiles with more stages, and 14336 -> 4096 in the TILES
+# layout (2 tiles per block, 128 blocks; the same 8 K ranges) beside its DEEP layout (one tile).
+DENSE32 = [
+    "default=",
+    f"t4s200={E}TILES=4;{E}SMEM=200",
+    f"s160={E}SMEM=160",
+    f"s200={E}SMEM=200",
+    "again=",
+]
+SUITE_DENSE32 = {
+    "bf16_4096x14336_dense32": ([*shape("bf16", 4096, 14336, 4), "--rows", "16,32"], DENSE32),
+    "bf16_14336x4096_dense32": ([*shape("bf16", 14336, 4096, 4), "--rows", "16,32"], DENSE32),
+    "bf16_14336x4096_tiles_dense32": ([*shape("bf16", 14336, 4096, 4), "--rows", "16,32", "--layout", "0"], DENSE32),
+}
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -455,6 +471,7 @@ SUITES = {
     "s16-qwendense": SUITE_QWEN_DENSE,
     "s16-shallow": SUITE_SHALLOW,
     "s16-deepring": SUITE_DEEPRING,
+    "s16-dense32": SUITE_DENSE32,
 }
 
 
