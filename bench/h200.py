@@ -163,22 +163,23 @@ def _wide_outputs(arr, check, results) -> None:
             _quantized_rows(arr, check, results, K, N, mx.bfloat16, bits, rows_list, f"N={N} K={K}", group)
 
 
-def _wide_one_tile_dense(arr, check, results) -> None:
-    """A dense product of 6008 columns (a tail of 8) over K = 2048: the ONE_TILE_WIDE layout on CUDA
-    (one-tile grids of 2-4 blocks per SM), whose 1-4 row kernels keep the 48 KB ring where ONE_TILE's
-    take the deep one, at row buckets on both sides of that change."""
-    from mlx_metile.compiler.lower_mma_staged import ONE_TILE_WIDE, column_layout
+def _one_tile_dense(arr, check, results) -> None:
+    """Dense products of one-tile layouts with their own dense rules on CUDA, at row buckets on both
+    sides of them: 6008 columns (a tail of 8) over K = 2048, ONE_TILE_WIDE (one-tile grids of 2-4
+    blocks per SM), whose 1-4 row kernels keep the 48 KB ring where ONE_TILE's take the deep one;
+    8488 columns over K = 1536, ONE_WAVE, which splits K over 2 warps in every row bucket."""
+    from mlx_metile.compiler.lower_mma_staged import ONE_TILE_WIDE, ONE_WAVE, column_layout
 
-    N, K = 6008, 2048
-    assert column_layout(N, K) == ONE_TILE_WIDE
-    w = arr((N, K), mx.bfloat16, 0.05)
-    xs = arr((MAX_ROWS_CHECKED, K), mx.bfloat16)
-    alone = _alone(lambda x: mt.linear(x, w), xs)
-    for rows in (1, 3, 4, 5, 8, 17):
-        y = mt.linear(xs[:rows], w)
-        name = f"linear N={N} K={K} bf16 rows={rows}"
-        check(name, y, f64(xs[:rows]) @ f64(w).T, f64(xs[:rows]), f64(w), mx.bfloat16)
-        _invariance(results, name, _not_invariant(y, alone, rows), rows)
+    for N, K, layout in ((6008, 2048, ONE_TILE_WIDE), (8488, 1536, ONE_WAVE)):
+        assert column_layout(N, K) == layout
+        w = arr((N, K), mx.bfloat16, 0.05)
+        xs = arr((MAX_ROWS_CHECKED, K), mx.bfloat16)
+        alone = _alone(lambda x, w=w: mt.linear(x, w), xs)
+        for rows in (1, 3, 4, 5, 8, 17, 32):
+            y = mt.linear(xs[:rows], w)
+            name = f"linear N={N} K={K} bf16 rows={rows}"
+            check(name, y, f64(xs[:rows]) @ f64(w).T, f64(xs[:rows]), f64(w), mx.bfloat16)
+            _invariance(results, name, _not_invariant(y, alone, rows), rows)
 
 
 def _narrow_deep_outputs(arr, check, results) -> None:
@@ -394,7 +395,7 @@ def _correctness(quick: bool) -> dict:
                     _invariance(results, f"int{bits} g{group} {dtype}", _not_invariant(y, alone, rows), rows)
     _odd_group_count(arr, check, results)
     _wide_outputs(arr, check, results)
-    _wide_one_tile_dense(arr, check, results)
+    _one_tile_dense(arr, check, results)
     _narrow_deep_outputs(arr, check, results)
     _quantized_fusions(arr, check, results, quick)
     _wide_swiglu(arr, check, results)

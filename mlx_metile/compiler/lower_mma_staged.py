@@ -355,6 +355,14 @@ def staged_max_tiles(spec: ProjectionSpec, warps: int, layout: int = TILES, rows
     return tiles
 
 
+# Single dense products in ONE_WAVE (Qwen2.5-1.5B's gate/up, 1536 -> 8960: 8 warps would take 3 stages
+# of 64 each) split K over 2 warps: H200, kernel alone (bench/results/h200-ab-2026-11-30-session16.json,
+# call 5), bf16 1.07x / 1.12x / 1.16x / 1.16x / 1.12x / 1.17x at 1 / 2 / 4 / 8 / 16 / 32 rows against 8
+# warps (4 warps 0.87-0.97x). Not for its SwiGLU form (0.74-1.00x) nor for one-tile layouts of other
+# short-K products (0.64-1.08x, call 6). Another K split: one setting for all the layout's row buckets.
+ONE_WAVE_DENSE_WARPS = 2
+
+
 def mma_warps(spec: ProjectionSpec, layout: int = TILES) -> int:
     """K ranges per block, one warp each unless block_warps says otherwise (a property of
     the spec and layout: part of every row's sum order):
@@ -365,11 +373,15 @@ def mma_warps(spec: ProjectionSpec, layout: int = TILES) -> int:
     7-10% on 1536->8960 (K too short for 8 warps' rings, won at 32 rows); for 4-bit
     weights 8 warps measured slower on every shape tried. The SPREAD layout (see
     column_layout) doubles them where the staged rings of 2 stages still fit; DEEP
-    gives 8-bit weights 8."""
+    gives 8-bit weights 8. Single 2-byte dense products in ONE_WAVE (a short K over 8449-10560
+    columns) take ONE_WAVE_DENSE_WARPS (see there)."""
     value = mma_override("warps")
     if value is not None:
         return value
     dense_staged = not spec.weights[0].quantized and dense_mode() == "staged"
+    two_byte = spec.weights[0].dtype in ("bf16", "f16")
+    if dense_staged and two_byte and layout == ONE_WAVE and len(spec.weights) == 1 and stageable(spec):
+        return ONE_WAVE_DENSE_WARPS
     warps = mma_setting("warps")
     if dense_staged and DENSE_WARPS * 2 * slot_bytes(spec) <= ring_budget(DENSE_WARPS):
         warps = DENSE_WARPS

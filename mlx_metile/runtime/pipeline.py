@@ -25,7 +25,8 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
     (CUDA: lower_mma_staged.column_layout of the weight's shape, the same for all row
     buckets; 0 several column tiles per block, 1 one tile, so that narrow
     outputs still spread over the GPU, 2 and 3 one tile and K split over more warps,
-    4 one tile and, at 1-8 rows, 5 blocks per SM)."""
+    4 one tile and, at 1-8 rows, 5 blocks per SM (single dense products: 2 warps), 5 one tile
+    and the 48 KB ring for dense weights at 1-4 rows)."""
     if target not in RENDERERS:
         raise ValueError(f"unknown target {target!r}; known: {sorted(RENDERERS)}")
     if layout not in LAYOUTS:

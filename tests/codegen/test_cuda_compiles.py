@@ -372,8 +372,8 @@ def test_column_layouts_of_the_benchmark_shapes_and_their_warps(fresh_kernels, m
 def test_one_wave_layout_asks_for_five_blocks_per_sm_only_where_measured(fresh_kernels, monkeypatch):
     """lower_mma_staged.ONE_WAVE (grids of 4-5 blocks per SM): single products of 4/8-bit
     weights at 1-8 rows ask for 5 blocks per SM; their sources are ONE_TILE's but for the
-    launch bound (so the same sums), and the SwiGLU gate/up, concatenated q/k/v, dense weights
-    and 16-32 rows keep ONE_TILE's kernels. The bound holds for sm_90 without spilling at group 64."""
+    launch bound (so the same sums), and the SwiGLU gate/up, concatenated q/k/v and 16-32 rows
+    keep ONE_TILE's kernels; single 2-byte dense products split K over 2 warps instead of 8. The bound holds for sm_90 without spilling at group 64."""
     from mlx_metile.compiler.lower_mma_staged import ONE_TILE, ONE_TILE_WIDE, ONE_WAVE, column_layout
 
     monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
@@ -393,15 +393,23 @@ def test_one_wave_layout_asks_for_five_blocks_per_sm_only_where_measured(fresh_k
                 compile_projection(spec, bucket, "cuda", ONE_WAVE).source
                 == compile_projection(spec, bucket, "cuda", ONE_TILE).source
             )
+    dense = WeightFormat("bf16")
     others = (
         ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256),
         ProjectionSpec("bf16", (q4,) * 3, k_multiple=256),  # concatenated q/k/v: unmeasured
-        ProjectionSpec("bf16", (WeightFormat("bf16"),)),
+        ProjectionSpec("bf16", (dense, dense), "swiglu", k_multiple=256),
+        ProjectionSpec("f32", (WeightFormat("f32"),), k_multiple=256),
     )
     for spec in others:
         assert (
             compile_projection(spec, 8, "cuda", ONE_WAVE).source == compile_projection(spec, 8, "cuda", ONE_TILE).source
         )
+    # single 2-byte dense products: K over 2 warps in every row bucket (ONE_WAVE_DENSE_WARPS), 8 in ONE_TILE
+    for act in ("bf16", "f16"):
+        single = ProjectionSpec(act, (WeightFormat(act),), k_multiple=256)
+        for bucket in (1, 8, 16, 32):
+            assert compile_projection(single, bucket, "cuda", ONE_WAVE).schedule.SG == 2, (act, bucket)
+            assert compile_projection(single, bucket, "cuda", ONE_TILE).schedule.SG == 8, (act, bucket)
     usage = ptxas_usage(compile_projection(ProjectionSpec("bf16", (q4,), k_multiple=256), 8, "cuda", ONE_WAVE))
     if usage is not None:
         assert usage["registers"] <= 96 and usage["spill"] == 0, usage

@@ -192,6 +192,23 @@ def test_spread_layout_splits_k_over_more_warps_and_stays_row_invariant(spec, K,
         assert all(np.array_equal(y[:1], y1) for y, y1 in zip(got, alone)), f"{spec.name()}: row 0 differs"
 
 
+@pytest.mark.parametrize("act", ["bf16", "f16"])
+def test_one_wave_dense_products_split_k_over_two_warps_and_stay_row_invariant(act):
+    """lower_mma_staged.ONE_WAVE_DENSE_WARPS: a single dense product in ONE_WAVE takes K in 2 ranges
+    in every row bucket, within tolerance and with row 0's bits the same alone and among 3, 16 and
+    20 rows."""
+    from mlx_metile.compiler.lower_mma_staged import ONE_WAVE
+
+    spec = ProjectionSpec(act, (WeightFormat(act),), k_multiple=256)
+    case = Case(spec, 1536, 40, rows=20)
+    alone = case.run(8, 1, ONE_WAVE)
+    for bucket, rows in ((8, 3), (16, 16), (32, 20)):
+        assert compile_projection(spec, bucket, "cuda", ONE_WAVE).schedule.SG == 2
+        got = case.run(bucket, rows, ONE_WAVE)
+        case.check(got, rows, f"{spec.name()} one wave rows={rows}")
+        assert all(np.array_equal(y[:1], y1) for y, y1 in zip(got, alone)), f"{spec.name()}: row 0 differs"
+
+
 def cancelling(case: Case, span: int, scale: float = 4096.0) -> Case:
     """`case` with its weight made of one block of `span` k repeated along K and x's rows
     made of one vector repeated with alternating signs times `scale` (plus noise): the K
