@@ -152,7 +152,7 @@ def _wide_outputs(arr, check, results) -> None:
     """Outputs of NARROW_COLUMNS columns or more (plus a tail of 40) over K = SHORT_K:
     2 column tiles per block on the staged ring on CUDA, at every row bucket (8-bit group
     128: at 32 rows, in dynamic shared memory); over K = 1536 (the ONE_WAVE layout: 5 blocks
-    per SM at 1-8 rows)."""
+    per SM at 1-8 rows); over K = 3584, 10600 columns (single 4/8-bit products: TILES)."""
     from mlx_metile.compiler.lower_mma_staged import NARROW_COLUMNS, SHORT_K
 
     N, rows_list = NARROW_COLUMNS + 40, (1, 3, 8, 9, 16, 17, 32)
@@ -161,6 +161,11 @@ def _wide_outputs(arr, check, results) -> None:
             if K == SHORT_K and group == 128 and bits == 4:
                 continue
             _quantized_rows(arr, check, results, K, N, mx.bfloat16, bits, rows_list, f"N={N} K={K}", group)
+    # over QUANTIZED_SHORT_K <= K < SHORT_K, one-tile grids of more than 5 blocks per SM: TILES (K = 3584:
+    # 14 stages of 256 over 4 warps, uneven ranges)
+    N, K = 10600, 3584
+    for bits, group in ((4, 64), (8, 64), (4, 128)):
+        _quantized_rows(arr, check, results, K, N, mx.bfloat16, bits, (1, 3, 8, 17, 32), f"N={N} K={K}", group)
 
 
 def _one_tile_dense(arr, check, results) -> None:

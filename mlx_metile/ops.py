@@ -296,7 +296,8 @@ def _project(
     # CUDA: up to 256, so the mma schedule knows when K holds whole multiples of 4 groups (aligned K split)
     k_multiple = math.gcd(K, 256 if target == "cuda" else 64)
     cols = Ns[0] if epilogue == "swiglu" else sum(Ns)
-    layout = column_layout(cols, K) if target == "cuda" else 0
+    quantized_single = len(weights) == 1 and epilogue != "swiglu" and isinstance(weights[0], QuantizedWeight)
+    layout = column_layout(cols, K, quantized_single) if target == "cuda" else 0
     _, artifact = _compiled(act, formats, epilogue, residual is not None, k_multiple, row_bucket(rows), target, layout)
     scalars = {"M": rows, "K": K, **{f"N{i}": n for i, n in enumerate(Ns)}}
     out_ns = [Ns[0]] if single else Ns

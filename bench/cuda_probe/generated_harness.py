@@ -171,7 +171,8 @@ def main() -> None:
     K, N = args.k, args.n
     alloc, params = [], None
     sources, variants = [], []
-    layout = column_layout(N, K) if args.layout is None else args.layout  # the op's, unless given
+    # the op's, unless given
+    layout = column_layout(N, K, bool(bits) and nw == 1) if args.layout is None else args.layout
     blas = [text.partition("=")[0] for text in args.variant if text.partition("=")[0] == "cublas"]
     if blas and (bits or nw != 1):
         raise SystemExit("--variant cublas: dense bf16 single products only (--format bf16 --epilogue none)")

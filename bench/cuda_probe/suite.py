@@ -441,6 +441,40 @@ SUITE_DENSE32 = {
     "bf16_14336x4096_dense32": ([*shape("bf16", 14336, 4096, 4), "--rows", "16,32"], DENSE32),
     "bf16_14336x4096_tiles_dense32": ([*shape("bf16", 14336, 4096, 4), "--rows", "16,32", "--layout", "0"], DENSE32),
 }
+# s16-shapes: the quantized kernels on other models' shapes (Llama-3.2-1B/3B, Qwen2.5-3B/7B gate/up and
+# down), whose layouts (ONE_TILE_WIDE, ONE_TILE over many blocks, DEEP, SPREAD) the rules were not measured
+# on: the defaults' GB/s, and the 4-bit one-tile rule's 3 stages against 4 (STAGES=4).
+SHAPES_Q = ["default=", f"s4={E}STAGES=4", "again="]
+OTHER_SHAPES = ((2048, 8192), (8192, 2048), (3072, 8192), (8192, 3072), (2048, 11008), (3584, 18944), (18944, 3584))
+SUITE_SHAPES = {
+    f"{fmt}_{k}x{n}_shapes": ([*shape(fmt, k, n, pool_by_size(k, n)), "--rows", "1,4,8,16,32"], SHAPES_Q)
+    for fmt in ("q4g64", "q8g64")
+    for k, n in OTHER_SHAPES
+}
+# s16-shortk: s16-shapes had 3584 -> 18944 (ONE_TILE over 1184 blocks, since K < SHORT_K) at 32 rows take
+# 1.9x its 16-row time (8-bit 63 against 34 us): the TILES layout (2 tiles per block, the same K split) in
+# its own file beside the default, for the products over a K just short of SHORT_K and wide outputs.
+SUITE_SHORTK = {
+    f"{fmt}_{k}x{n}{tag}_shortk": (
+        [*shape(fmt, k, n, pool_by_size(k, n)), "--rows", "1,4,8,16,32", *extra],
+        ["default="],
+    )
+    for fmt in ("q4g64", "q8g64", "bf16")
+    for k, n in ((3584, 18944), (3072, 8192 + 4096), (2048, 11008))
+    for tag, extra in (("", []), ("_tiles", ["--layout", "0"]))
+}
+# s16-shortk2: s16-shortk had TILES 1.11-1.45x over ONE_TILE for 4/8-bit group-64 single products over
+# K = 2048-3584 at most row counts (dense: 0.92-1.04x). The same for groups 128 and for the SwiGLU gate/up.
+SUITE_SHORTK2 = {}
+for fmt in ("q4g64", "q8g64", "q4g128", "q8g128"):
+    for k, n in ((2048, 11008), (3584, 18944)):
+        for tag, extra in (("", []), ("_tiles", ["--layout", "0"])):
+            pool = "4" if k * n > 2**25 else "8"
+            gate_up = ["--format", fmt, "--k", str(k), "--n", str(n), "--pool", pool, "--rows", "1,4,8,16,32"]
+            SUITE_SHORTK2[f"{fmt}_{k}x{n}_swiglu{tag}_shortk2"] = ([*gate_up, *extra], ["default="])
+            if fmt.endswith("g128"):
+                args = [*shape(fmt, k, n, pool_by_size(k, n)), "--rows", "1,4,8,16,32", *extra]
+                SUITE_SHORTK2[f"{fmt}_{k}x{n}{tag}_shortk2"] = (args, ["default="])
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -472,6 +506,9 @@ SUITES = {
     "s16-shallow": SUITE_SHALLOW,
     "s16-deepring": SUITE_DEEPRING,
     "s16-dense32": SUITE_DENSE32,
+    "s16-shapes": SUITE_SHAPES,
+    "s16-shortk": SUITE_SHORTK,
+    "s16-shortk2": SUITE_SHORTK2,
 }
 
 

@@ -316,15 +316,27 @@ DEEP_COLUMNS = 2 * SMS * TILE
 DEEP_ROWS = 8  # the largest row bucket whose blocks have a warp per K range
 
 
-def column_layout(columns: int, k: int) -> int:
+# Single products of 4/8-bit weights over a K from QUANTIZED_SHORT_K up to SHORT_K whose grids of one
+# tile would exceed 5 blocks per SM take TILES: H200, kernel alone (bench/results/h200-ab-2026-11-30-session16.json,
+# calls 12-13), against ONE_TILE, group 64 on 2048 -> 11008, 3072 -> 12288 and 3584 -> 18944: 4-bit
+# 1.02-1.16x at 1-8 rows, 0.97-1.12x at 16-32; 8-bit 0.99-1.17x at 1-8, 1.10-1.45x at 16-32; group 128
+# 4-bit 1.00-1.40x, 8-bit 1.00-1.01x at 1-16 and 1.18-1.23x at 32. Not dense weights (0.92-1.04x) nor
+# the SwiGLU gate/up (0.99-1.04x for group 64, 0.82-1.12x for 8-bit group 128), nor K = 1536 (the
+# SHORT_K measurements above), nor ONE_WAVE's grids (unmeasured).
+QUANTIZED_SHORT_K = 2048
+
+
+def column_layout(columns: int, k: int, quantized_single: bool = False) -> int:
     """The layout (TILES, ONE_TILE, SPREAD, DEEP, ONE_WAVE or ONE_TILE_WIDE) of a product of `columns`
-    output columns over `k`."""
+    output columns over `k`; `quantized_single`: one weight of 4/8 bits, no SwiGLU (QUANTIZED_SHORT_K)."""
     if columns <= SPREAD_COLUMNS and k >= SPREAD_K:
         return SPREAD
     if columns <= DEEP_COLUMNS and k >= SHORT_K and (k >= SPREAD_K or columns <= SPREAD_COLUMNS):
         return DEEP
+    blocks = -(-columns // TILE)
+    if quantized_single and QUANTIZED_SHORT_K <= k < SHORT_K and blocks > WAVE_BLOCKS * SMS:
+        return TILES
     if columns < NARROW_COLUMNS or k < SHORT_K:
-        blocks = -(-columns // TILE)
         if 4 * SMS < blocks <= WAVE_BLOCKS * SMS:
             return ONE_WAVE
         return ONE_TILE_WIDE if 2 * SMS < blocks <= 4 * SMS else ONE_TILE

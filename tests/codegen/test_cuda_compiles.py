@@ -341,6 +341,14 @@ def test_column_layouts_of_the_benchmark_shapes_and_their_warps(fresh_kernels, m
     monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
     layouts = {(n, k): column_layout(n, k) for n, k in ((14336, 4096), (4096, 4096), (4096, 14336), (1024, 4096))}
     layouts |= {(n, k): column_layout(n, k) for n, k in ((8960, 1536), (1536, 8960), (256, 1536))}
+    # single 4/8-bit products over 2048 <= K < 4096 whose one-tile grids exceed 5 blocks per SM: TILES
+    assert [column_layout(n, k, True) for n, k in ((11008, 2048), (18944, 3584), (10576, 2048))] == [TILES] * 3
+    assert [column_layout(n, k, True) for n, k in ((11008, 1536), (10560, 2048), (8192, 2048))] == [
+        ONE_TILE,
+        ONE_WAVE,
+        column_layout(8192, 2048),
+    ]
+    assert column_layout(11008, 2048) == ONE_TILE  # dense, SwiGLU, concatenated q/k/v
     assert layouts == {
         (14336, 4096): TILES,
         (4096, 4096): ONE_TILE,

@@ -83,6 +83,27 @@ def test_wide_deep_products_take_two_column_tiles_per_block(fake_cuda):
         assert kw["grid"][0] // kw["threadgroup"][0] == -(-n // per_block), (n, xs.shape)
 
 
+def test_wide_quantized_products_over_a_k_of_2048_to_4096_take_two_tiles(fake_cuda):
+    """lower_mma_staged.QUANTIZED_SHORT_K: a single product of 4/8-bit weights over 2048 <= K < SHORT_K
+    whose one-tile grid would exceed 5 blocks per SM launches blocks of 32 columns (TILES); its SwiGLU
+    form, dense weights and K = 1536 keep blocks of 16."""
+    n, k = 11008, 2048
+    x = rand((2, k), mx.bfloat16, 1)
+    w = rand((n, k), mx.bfloat16, 2, 0.1)
+    q = mt.QuantizedWeight(*mx.quantize(w, group_size=64, bits=4), 64, 4)
+    q_short = mt.QuantizedWeight(*mx.quantize(w[:, :1536], group_size=64, bits=4), 64, 4)
+    cases = (
+        (lambda: mt.fused_linear(x, [q]), 32),
+        (lambda: mt.fused_linear(x, [q, q], epilogue="swiglu"), 16),
+        (lambda: mt.linear(x, w), 16),
+        (lambda: mt.fused_linear(x[:, :1536], [q_short]), 16),
+    )
+    for i, (call, per_block) in enumerate(cases):
+        call()
+        kw = fake_cuda[-1]
+        assert kw["grid"][0] // kw["threadgroup"][0] == -(-n // per_block), i
+
+
 def test_more_than_32_rows_run_stock_mlx(fake_cuda, monkeypatch):
     x = rand((40, 64), mx.float32, 1)
     w = rand((8, 64), mx.float32, 2)
