@@ -276,12 +276,15 @@ def _swiglu_reference(xr, dg, du):
 def _wide_swiglu(arr, check, results) -> None:
     """The SwiGLU gate/up over an output wide and deep enough for the several-tile layout (4-bit
     groups 64/128, whose 32-row kernel shares x between warps, lower_mma_xshare; 8-bit group 128,
-    whose rings take dynamic shared memory at every row bucket, lower_mma_staged.ring_rule):
-    against float64, and row by row against rows alone."""
+    whose rings take dynamic shared memory at every row bucket, lower_mma_staged.ring_rule), and
+    4-bit group 64 over 6008 columns and K = 2048 (ONE_TILE_WIDE, shared x at 32 rows too): against
+    float64, and row by row against rows alone."""
     from mlx_metile.compiler.lower_mma_staged import NARROW_COLUMNS, SHORT_K
 
     K, N = SHORT_K, NARROW_COLUMNS + 16  # the several-tile layout, and a partial block of columns
-    for bits, group in ((4, 64), (4, 128), (8, 128)):
+    cases = [(K, N, 4, 64), (K, N, 4, 128), (K, N, 8, 128)]
+    cases.append((2048, 6008, 4, 64))  # ONE_TILE_WIDE: one tile per block, shared x at 32 rows
+    for K, N, bits, group in cases:
         x = arr((32, K), mx.bfloat16)
         qg, qu = (mx.quantize(arr((N, K), mx.bfloat16, 0.05), group_size=group, bits=bits) for _ in range(2))
         wg, wu = (mt.QuantizedWeight(*q, group, bits) for q in (qg, qu))
@@ -293,7 +296,7 @@ def _wide_swiglu(arr, check, results) -> None:
             xr = f64(x[:rows])
             exact, slack = _swiglu_reference(xr, dg, du)
             y = mt.fused_linear(x[:rows], [wg, wu], epilogue="swiglu")
-            label = f"swiglu wide int{bits} g{group}"
+            label = f"swiglu wide N={N} K={K} int{bits} g{group}"
             check(f"{label} rows={rows}", y, exact, xr, dg, mx.bfloat16, slack=slack)
             _invariance(results, label, _rows_differing(y, alone), rows)
 

@@ -475,6 +475,14 @@ for fmt in ("q4g64", "q8g64", "q4g128", "q8g128"):
             if fmt.endswith("g128"):
                 args = [*shape(fmt, k, n, pool_by_size(k, n)), "--rows", "1,4,8,16,32", *extra]
                 SUITE_SHORTK2[f"{fmt}_{k}x{n}{tag}_shortk2"] = (args, ["default="])
+# s16-gateup: the SwiGLU gate/up of Llama-3.2-1B/3B (2048 / 3072 -> 2 x 8192, ONE_TILE_WIDE: one tile,
+# 512 blocks) against TILES (2 tiles per block), files per layout.
+SUITE_GATEUP = {}
+for fmt in ("q4g64", "q8g64", "q4g128", "bf16"):
+    for k in (2048, 3072):
+        for tag, extra in (("", []), ("_tiles", ["--layout", "0"])):
+            gate_up = ["--format", fmt, "--k", str(k), "--n", "8192", "--pool", "8", "--rows", "1,4,8,16,32"]
+            SUITE_GATEUP[f"{fmt}_{k}x8192_swiglu{tag}_gateup"] = ([*gate_up, *extra], ["default="])
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -509,6 +517,7 @@ SUITES = {
     "s16-shapes": SUITE_SHAPES,
     "s16-shortk": SUITE_SHORTK,
     "s16-shortk2": SUITE_SHORTK2,
+    "s16-gateup": SUITE_GATEUP,
 }
 
 

@@ -31,7 +31,14 @@ from ..cuda_arch import shared_memory
 from ..spec import ProjectionSpec
 from .lower import LowerError, _Scope
 from .lower_mma import TILE, mma_override, mma_setting
-from .lower_mma_staged import TILES, StagedMMALowering, interleaved, ring_declaration, stageable
+from .lower_mma_staged import (
+    ONE_TILE_WIDE,
+    TILES,
+    StagedMMALowering,
+    interleaved,
+    ring_declaration,
+    stageable,
+)
 from .poly import Poly
 
 MIN_ROWS = 16  # row buckets that may share x (below, x is a few registers a chunk)
@@ -41,6 +48,9 @@ STAGES = 2  # stages of the rings (x and weights) by default; MLX_METILE_CUDA_MM
 # 1.14x / 1.09x (group 128) on 4096 -> 2 x 14336 at 32 rows; at 16 rows, for single products and
 # for 8-bit weights 0.63-1.05x over every setting tried, so not there. Through MLX, the Llama
 # gate/up+SwiGLU at 32 rows 1.11-1.17x the K-split kernel (2.14-2.27x stock, call 3).
+# The same in ONE_TILE_WIDE (one tile per block otherwise, 512 blocks: Llama-3.2-1B/3B's gate/up, 2048 /
+# 3072 -> 2 x 8192), where it is TILES's kernel: 1.08x / 1.11x (group 64) and 1.17x / 1.20x (group 128)
+# at 32 rows against the K-split kernel of one tile (h200-ab-2026-11-30-session16.json, call 15).
 DEFAULT_WARPS = 4
 DEFAULT_ROWS = 32
 
@@ -55,11 +65,13 @@ def xshare_default(spec: ProjectionSpec, rows_bucket: int) -> bool:
 def xshare_warps(spec: ProjectionSpec, layout: int, rows_bucket: int) -> int:
     """Warps per block of the shared-x kernel, or 0 for the K-split one: MLX_METILE_CUDA_MMA_XSHARE
     (0: off), else DEFAULT_WARPS where xshare_default holds; only at MIN_ROWS rows or more, for
-    wide products (the TILES layout) on the staged ring."""
+    wide products (the TILES layout; by default also ONE_TILE_WIDE, see there) on the staged ring."""
     value = mma_override("xshare")
+    layouts = (TILES,)
     if value is None:  # (interleaved K stages are a sum order these warps cannot walk)
         value = DEFAULT_WARPS if xshare_default(spec, rows_bucket) and not interleaved() else 0
-    if not value or rows_bucket < MIN_ROWS or layout != TILES or not stageable(spec):
+        layouts = (TILES, ONE_TILE_WIDE)
+    if not value or rows_bucket < MIN_ROWS or layout not in layouts or not stageable(spec):
         return 0
     return value
 

@@ -496,6 +496,8 @@ def test_shared_x_is_the_default_only_for_the_4_bit_gate_up_at_32_rows():
     assert compile_projection(gate_up, 32, "cuda", 0).schedule.xshare == 4
     assert compile_projection(gate_up, 16, "cuda", 0).schedule.xshare == 0
     assert compile_projection(gate_up, 32, "cuda", 1).schedule.xshare == 0  # narrow: the one-tile layout
+    assert compile_projection(gate_up, 32, "cuda", 5).schedule.xshare == 4  # ONE_TILE_WIDE (512 blocks)
+    assert compile_projection(gate_up, 16, "cuda", 5).schedule.xshare == 0
     assert compile_projection(single, 32, "cuda", 0).schedule.xshare == 0
     gate_up_q8 = ProjectionSpec("bf16", (q8, q8), "swiglu", k_multiple=256)
     assert compile_projection(gate_up_q8, 32, "cuda", 0).schedule.xshare == 0
