@@ -27,6 +27,20 @@ def pool_by_size(k: int, n: int) -> int:
     return 32 if k * n < 2**25 else 8
 
 
+def gate_up(fmt: str, k: int, n: int, pool: int) -> list[str]:
+    """Harness arguments of a SwiGLU gate/up of two k -> n weights at 1-32 rows."""
+    return ["--format", fmt, "--k", str(k), "--n", str(n), "--pool", str(pool), "--rows", "1,4,8,16,32"]
+
+
+def layout_pair(name: str, args: list[str], call: str) -> dict:
+    """One product in the op's column layout and in TILES (--layout 0), each in its own file with
+    the default settings: <name>_<call> and <name>_tiles_<call>, compared across files."""
+    return {
+        f"{name}{tag}_{call}": ([*args, *extra], ["default="])
+        for tag, extra in (("", []), ("_tiles", ["--layout", "0"]))
+    }
+
+
 def format_suite(tag: str, variants: list[str], fmts, shapes, rows: str, pool=pool_by_size) -> dict:
     """Each format's fused gate/up (quantized formats) and its products of `shapes` ((K, N)),
     at `rows`, named <format>_<shape>_<tag>."""
@@ -454,35 +468,27 @@ SUITE_SHAPES = {
 # s16-shortk: s16-shapes had 3584 -> 18944 (ONE_TILE over 1184 blocks, since K < SHORT_K) at 32 rows take
 # 1.9x its 16-row time (8-bit 63 against 34 us): the TILES layout (2 tiles per block, the same K split) in
 # its own file beside the default, for the products over a K just short of SHORT_K and wide outputs.
-SUITE_SHORTK = {
-    f"{fmt}_{k}x{n}{tag}_shortk": (
-        [*shape(fmt, k, n, pool_by_size(k, n)), "--rows", "1,4,8,16,32", *extra],
-        ["default="],
-    )
-    for fmt in ("q4g64", "q8g64", "bf16")
-    for k, n in ((3584, 18944), (3072, 8192 + 4096), (2048, 11008))
-    for tag, extra in (("", []), ("_tiles", ["--layout", "0"]))
-}
+SUITE_SHORTK = {}
+for fmt in ("q4g64", "q8g64", "bf16"):
+    for k, n in ((3584, 18944), (3072, 8192 + 4096), (2048, 11008)):
+        args = [*shape(fmt, k, n, pool_by_size(k, n)), "--rows", "1,4,8,16,32"]
+        SUITE_SHORTK |= layout_pair(f"{fmt}_{k}x{n}", args, "shortk")
 # s16-shortk2: s16-shortk had TILES 1.11-1.45x over ONE_TILE for 4/8-bit group-64 single products over
 # K = 2048-3584 at most row counts (dense: 0.92-1.04x). The same for groups 128 and for the SwiGLU gate/up.
 SUITE_SHORTK2 = {}
 for fmt in ("q4g64", "q8g64", "q4g128", "q8g128"):
     for k, n in ((2048, 11008), (3584, 18944)):
-        for tag, extra in (("", []), ("_tiles", ["--layout", "0"])):
-            pool = "4" if k * n > 2**25 else "8"
-            gate_up = ["--format", fmt, "--k", str(k), "--n", str(n), "--pool", pool, "--rows", "1,4,8,16,32"]
-            SUITE_SHORTK2[f"{fmt}_{k}x{n}_swiglu{tag}_shortk2"] = ([*gate_up, *extra], ["default="])
-            if fmt.endswith("g128"):
-                args = [*shape(fmt, k, n, pool_by_size(k, n)), "--rows", "1,4,8,16,32", *extra]
-                SUITE_SHORTK2[f"{fmt}_{k}x{n}{tag}_shortk2"] = (args, ["default="])
+        pool = 4 if k * n > 2**25 else 8
+        SUITE_SHORTK2 |= layout_pair(f"{fmt}_{k}x{n}_swiglu", gate_up(fmt, k, n, pool), "shortk2")
+        if fmt.endswith("g128"):
+            args = [*shape(fmt, k, n, pool_by_size(k, n)), "--rows", "1,4,8,16,32"]
+            SUITE_SHORTK2 |= layout_pair(f"{fmt}_{k}x{n}", args, "shortk2")
 # s16-gateup: the SwiGLU gate/up of Llama-3.2-1B/3B (2048 / 3072 -> 2 x 8192, ONE_TILE_WIDE: one tile,
 # 512 blocks) against TILES (2 tiles per block), files per layout.
 SUITE_GATEUP = {}
 for fmt in ("q4g64", "q8g64", "q4g128", "bf16"):
     for k in (2048, 3072):
-        for tag, extra in (("", []), ("_tiles", ["--layout", "0"])):
-            gate_up = ["--format", fmt, "--k", str(k), "--n", "8192", "--pool", "8", "--rows", "1,4,8,16,32"]
-            SUITE_GATEUP[f"{fmt}_{k}x8192_swiglu{tag}_gateup"] = ([*gate_up, *extra], ["default="])
+        SUITE_GATEUP |= layout_pair(f"{fmt}_{k}x8192_swiglu", gate_up(fmt, k, 8192, 8), "gateup")
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
