@@ -139,6 +139,19 @@ def _quantized_rows(
         _invariance(results, name, _rows_differing(y, alone), rows)
 
 
+def _dense_rows(arr, check, results, K: int, N: int, rows_list, label: str) -> None:
+    """One bf16 weight [N, K]: each row count against float64, and every row against the same row
+    alone (row invariance, up to MAX_ROWS_CHECKED rows)."""
+    w = arr((N, K), mx.bfloat16, 0.05)
+    xs = arr((MAX_ROWS_CHECKED, K), mx.bfloat16)
+    alone = _alone(lambda x: mt.linear(x, w), xs)
+    for rows in rows_list:
+        y = mt.linear(xs[:rows], w)
+        name = f"linear {label} bf16 rows={rows}"
+        check(name, y, f64(xs[:rows]) @ f64(w).T, f64(xs[:rows]), f64(w), mx.bfloat16)
+        _invariance(results, name, _not_invariant(y, alone, rows), rows)
+
+
 def _odd_group_count(arr, check, results) -> None:
     """K = 17 groups of 64: no 4-byte scale pairs, so the tensor-core schedule
     loads through registers instead of its cp.async ring."""
@@ -177,14 +190,7 @@ def _one_tile_dense(arr, check, results) -> None:
 
     for N, K, layout in ((6008, 2048, ONE_TILE_WIDE), (8488, 1536, ONE_WAVE)):
         assert column_layout(N, K) == layout
-        w = arr((N, K), mx.bfloat16, 0.05)
-        xs = arr((MAX_ROWS_CHECKED, K), mx.bfloat16)
-        alone = _alone(lambda x, w=w: mt.linear(x, w), xs)
-        for rows in (1, 3, 4, 5, 8, 17, 32):
-            y = mt.linear(xs[:rows], w)
-            name = f"linear N={N} K={K} bf16 rows={rows}"
-            check(name, y, f64(xs[:rows]) @ f64(w).T, f64(xs[:rows]), f64(w), mx.bfloat16)
-            _invariance(results, name, _not_invariant(y, alone, rows), rows)
+        _dense_rows(arr, check, results, K, N, (1, 3, 4, 5, 8, 17, 32), f"N={N} K={K}")
 
 
 def _narrow_deep_outputs(arr, check, results) -> None:
@@ -197,14 +203,7 @@ def _narrow_deep_outputs(arr, check, results) -> None:
     for K in (SPREAD_K, SHORT_K):
         for bits in (4, 8):
             _quantized_rows(arr, check, results, K, N, mx.bfloat16, bits, rows_list, f"K={K}")
-    w = arr((N, SPREAD_K), mx.bfloat16, 0.05)
-    xs = arr((MAX_ROWS_CHECKED, SPREAD_K), mx.bfloat16)
-    alone = _alone(lambda x: mt.linear(x, w), xs)
-    for rows in rows_list:
-        y = mt.linear(xs[:rows], w)
-        name = f"linear K={SPREAD_K} bf16 rows={rows}"
-        check(name, y, f64(xs[:rows]) @ f64(w).T, f64(xs[:rows]), f64(w), mx.bfloat16)
-        _invariance(results, name, _not_invariant(y, alone, rows), rows)
+    _dense_rows(arr, check, results, SPREAD_K, N, rows_list, f"K={SPREAD_K}")
 
 
 def _quantized_fusions(arr, check, results, quick: bool) -> None:
