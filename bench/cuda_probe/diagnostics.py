@@ -7,6 +7,12 @@ outside bench/cuda_probe uses them.
     nomath  each stage's copies are issued and waited for, nothing else: the ring alone
     noscales  the scales' and biases' copies are never issued (their ring bytes stay as they
             were): what those small copies cost
+    noxsum  the MMAs that sum x over each group (A = ones, for the biases' term) are left out:
+            what those tensor-core instructions cost
+
+    khalf   twice the blocks, each taking half of its columns' K (the two halves of a column
+            block are blocks 2c and 2c + 1; the harness doubles the grid): the time of a split of K
+            across blocks without the fix-up that would add the halves (both halves store)
 
 One rewrite keeps the results (a layout probe, not a diagnostic):
 
@@ -64,7 +70,40 @@ def rows_first(source: str) -> str:
     )
 
 
-HACKS = {"nox": no_x, "nomath": no_math, "noscales": no_scales, "rowsfirst": rows_first}
+# an MMA whose A operand is four registers of ones (lower_mma.ONES, bf16 or f16)
+X_SUM = re.compile(r"metile_mma_(?:bf16|f16)\(cx\d+, (?:(?:0x3F803F80u|0x3C003C00u), ){4}[^;]*;")
+
+
+def no_x_sum(source: str) -> str:
+    return replace_all("noxsum", X_SUM, "(void)0;", source)
+
+
+PER_WARP = re.compile(r"const int per_warp = ([^;]*);\n(\s*)const int c_begin = warp \* per_warp;")
+
+
+def k_half(source: str) -> str:
+    source = replace_all(
+        "khalf", PIDS, "const int pid0 = (int)blockIdx.x >> 1;\n\\1const int pid1 = (int)blockIdx.y;", source
+    )
+    source = source.replace(
+        "const int pid0 = (int)blockIdx.x >> 1;", "const int pid0 = (int)blockIdx.x >> 1, khalf = blockIdx.x & 1;"
+    )
+    return replace_all(
+        "khalf",
+        PER_WARP,
+        "const int per_warp = (\\1) / 2;\n\\2const int c_begin = (khalf * (int)(blockDim.x >> 5) + warp) * per_warp;",
+        source,
+    )
+
+
+HACKS = {
+    "nox": no_x,
+    "noxsum": no_x_sum,
+    "nomath": no_math,
+    "noscales": no_scales,
+    "rowsfirst": rows_first,
+    "khalf": k_half,
+}
 
 
 def apply(names: str, source: str) -> str:

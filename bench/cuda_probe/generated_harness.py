@@ -214,7 +214,7 @@ def main() -> None:
                     )
                     ctype = {"u32": "unsigned", "bf16": "__nv_bfloat16"}[p.dtype]
                     args_c.append(f"(const {ctype}*)sets[p][{idx}]")
-            grid_x, bm = art.grid(1, N)[0], art.schedule.BM
+            grid_x, bm = art.grid(1, N)[0] * (2 if "khalf" in hacks else 1), art.schedule.BM
             row_blocks = f"(rows + {bm} - 1) / {bm}"
             grid = f"dim3({row_blocks}, {grid_x}, 1)" if "rowsfirst" in hacks else f"dim3({grid_x}, {row_blocks}, 1)"
             variants.append(

@@ -489,6 +489,37 @@ SUITE_GATEUP = {}
 for fmt in ("q4g64", "q8g64", "q4g128", "bf16"):
     for k in (2048, 3072):
         SUITE_GATEUP |= layout_pair(f"{fmt}_{k}x8192_swiglu", gate_up(fmt, k, 8192, 8), "gateup")
+# s17-balance: at 1-8 rows the Llama gate/up product (4096 -> 14336, TILES: 448 blocks of 2 tiles, 4 per SM)
+# puts 4 blocks on 52 SMs and 3 on the other 80, if every block is one SM's share of the time then 85% of
+# a balanced grid's. Controls: the default over 16896 columns (528 blocks, 4 on every SM) and 12672 (396,
+# 3 on every SM); candidates: one tile per block (896 blocks) with 7 or 8 blocks per SM (one wave of
+# 6-7 blocks each: `mb<blocks>s<stages>`). And at 16-32 rows, what the MMAs that sum x per group cost (noxsum), beside nox / nomath.
+BALANCE = ["default=", "again="]
+# (one tile's rings hold 3-4 stages by default, 34 KB, which 6 blocks fill; 2 stages as TILES has, or 3)
+TILE1 = ["default=", *(f"mb{b}s{s}={E}MINBLOCKS={b};{E}STAGES={s}" for s in (2, 3) for b in (7, 8))]
+SUITE_BALANCE = {}
+for fmt in ("q8g64", "q4g64"):
+    args = [*shape(fmt, 4096, 14336, 8), "--rows", "1,8"]
+    SUITE_BALANCE[f"{fmt}_4096x14336_balance"] = (args, BALANCE)
+    SUITE_BALANCE[f"{fmt}_4096x14336_tile1_balance"] = ([*args, "--layout", "1"], TILE1)
+    for n in (16896, 12672):
+        SUITE_BALANCE[f"{fmt}_4096x{n}_balance"] = ([*shape(fmt, 4096, n, 8), "--rows", "1,8"], BALANCE)
+    SUITE_BALANCE[f"{fmt}_4096x14336_xsum"] = (
+        [*shape(fmt, 4096, 14336, 8), "--rows", "16,32"],
+        ["default=", "noxsum=HACK=noxsum", "nox=HACK=nox", "nomath=HACK=nomath"],
+    )
+# s17-khalf: s17-balance had the default over 14336 columns take about as long as over 16896 (the SMs with
+# 4 blocks set the time) and 12672 (3 on every SM) 16-17% less. Would blocks of half a column block's K
+# (896 blocks, 6-7 per SM over the kernel) pay? Timed without the fix-up that would add the halves.
+KHALF = ["default=", "khalf=HACK=khalf", "again="]
+SUITE_KHALF = {
+    f"{fmt}_4096x14336_khalf": ([*shape(fmt, 4096, 14336, 8), "--rows", "1,8,16,32"], KHALF)
+    for fmt in ("q4g64", "q8g64", "q4g128", "bf16")
+}
+SUITE_KHALF |= {
+    f"{fmt}_gateup_fused_khalf": (["--format", fmt, "--pool", "4", "--rows", "1,8,16"], KHALF)
+    for fmt in ("q4g64", "q8g64")
+}
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -524,6 +555,8 @@ SUITES = {
     "s16-shortk": SUITE_SHORTK,
     "s16-shortk2": SUITE_SHORTK2,
     "s16-gateup": SUITE_GATEUP,
+    "s17-balance": SUITE_BALANCE,
+    "s17-khalf": SUITE_KHALF,
 }
 
 
