@@ -41,6 +41,10 @@ SHAPES = {
     "llama8b_down_14336x4096": (14336, 4096),
     "qwen1.5b_gateup_1536x8960": (1536, 8960),
     "qwen1.5b_down_8960x1536": (8960, 1536),
+    # beyond the list: shapes of the sixteenth session's layout rules (one-tile dense grids of
+    # 2-4 blocks per SM; 4/8-bit products over 2048 <= K < 4096 with wide outputs)
+    "llama3b_gateup_3072x8192": (3072, 8192),
+    "qwen7b_gateup_3584x18944": (3584, 18944),
 }
 # Fused products, timed like the single ones: one mlx-metile kernel per product against stock
 # MLX's separate products (then SwiGLU, as mlx-lm computes it) in the same compiled loop.
@@ -48,6 +52,7 @@ SHAPES = {
 FUSED_SHAPES = {
     "llama8b_gateup_swiglu_fused_4096x2x14336": (4096, (14336, 14336), "swiglu"),
     "llama8b_qkv_fused_4096x6144": (4096, (4096, 1024, 1024), None),
+    "llama3b_gateup_swiglu_fused_3072x2x8192": (3072, (8192, 8192), "swiglu"),  # x shared at 32 rows
 }
 ROWS = [1, 2, 3, 4, 8, 16, 32]
 MAX_ROWS_CHECKED = 100  # correctness and row invariance up to here (>32: the tiled schedule)

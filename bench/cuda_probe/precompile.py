@@ -12,7 +12,7 @@ A cached binary is found only where the source, arch and nvcc path match: set ML
 the same path on both machines.
 
     MLX_METILE_CACHE=DIR MLX_METILE_NVCC=/usr/local/cuda/bin/nvcc python bench/cuda_probe/precompile.py \
-        [generate] [matrix] [matrix-full] [table]
+        [generate] [matrix] [matrix-full] [table] [--shapes NAME ...] [--formats bf16 int4 ...]
 
 generate (the default): the end-to-end benchmarks' kernels, as above; matrix / matrix-full: the
 correctness matrix and gradient check of tests/gpu (bench/h200.py's, quick or full; their checks
@@ -66,17 +66,22 @@ def matrix(full: bool) -> None:
     gradients_check()
 
 
-def table() -> None:
+def table(shapes: list[str] | None, formats: list[str] | None) -> None:
     from bench import h200
 
+    formats = formats or list(h200.FORMATS)
     for name, (K, N) in h200.SHAPES.items():
-        for fmt in h200.FORMATS:
+        if shapes and name not in shapes:
+            continue
+        for fmt in formats:
             entry = h200.make_weight(fmt, K, N, 0)
             for rows in h200.ROWS:
                 mx.eval(h200.product("mlx_metile", fmt, mx.zeros((rows, K), mx.bfloat16), entry))
         print(f"table: {name}", flush=True)
     for name, (K, widths, epilogue) in h200.FUSED_SHAPES.items():
-        for fmt in h200.FORMATS:
+        if shapes and name not in shapes:
+            continue
+        for fmt in formats:
             entry = tuple(h200.make_weight(fmt, K, n, j) for j, n in enumerate(widths))
             for rows in h200.ROWS:
                 mx.eval(h200.fused_product("mlx_metile", fmt, mx.zeros((rows, K), mx.bfloat16), entry, epilogue))
@@ -86,6 +91,8 @@ def table() -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("what", nargs="*", default=["generate"], choices=["generate", "matrix", "matrix-full", "table"])
+    ap.add_argument("--shapes", nargs="*", help="table: these of bench/h200.py's shapes only (default: all)")
+    ap.add_argument("--formats", nargs="*", help="table: these formats only (default: all)")
     args = ap.parse_args()
     ops._backend = lambda stream: "cuda"
     mx.fast.precompiled_cuda_kernel = lambda **kw: [
@@ -98,7 +105,7 @@ def main() -> int:
         if what == "generate":
             generate(t0)
         elif what == "table":
-            table()
+            table(args.shapes, args.formats)
         else:
             matrix(full=what == "matrix-full")
         print(f"{what} done: {time.perf_counter() - t0:.0f} s", flush=True)

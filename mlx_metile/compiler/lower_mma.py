@@ -93,6 +93,7 @@ ALLOWED = {
     "late": (0, 1, 2),
     "bankpad": (0, 1),
     "xshare": (0, 2, 4, 8),  # lower_mma_xshare: warps per block sharing x, at 16-32 rows
+    "layout": (0, 1, 2, 3, 4, 5),  # lower_mma_staged.column_layout's LAYOUTS, forced for every product
 }
 SPLIT_ALIGN = 4  # chunks: each warp's range starts at a multiple of this where K allows
 

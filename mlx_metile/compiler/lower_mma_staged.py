@@ -328,7 +328,12 @@ QUANTIZED_SHORT_K = 2048
 
 def column_layout(columns: int, k: int, quantized_single: bool = False) -> int:
     """The layout (TILES, ONE_TILE, SPREAD, DEEP, ONE_WAVE or ONE_TILE_WIDE) of a product of `columns`
-    output columns over `k`; `quantized_single`: one weight of 4/8 bits, no SwiGLU (QUANTIZED_SHORT_K)."""
+    output columns over `k`; `quantized_single`: one weight of 4/8 bits, no SwiGLU (QUANTIZED_SHORT_K).
+    MLX_METILE_CUDA_MMA_LAYOUT=0..5 forces one for every product (tuning runs: the rules' A/B
+    through MLX)."""
+    forced = mma_override("layout")
+    if forced is not None:
+        return forced
     if columns <= SPREAD_COLUMNS and k >= SPREAD_K:
         return SPREAD
     if columns <= DEEP_COLUMNS and k >= SHORT_K and (k >= SPREAD_K or columns <= SPREAD_COLUMNS):
