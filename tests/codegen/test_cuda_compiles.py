@@ -377,6 +377,19 @@ def test_column_layouts_of_the_benchmark_shapes_and_their_warps(fresh_kernels, m
         compile_projection(ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 8, "cuda", 6)
 
 
+def test_layout_setting_forces_one_column_layout_for_every_product(monkeypatch):
+    """MLX_METILE_CUDA_MMA_LAYOUT (A/B runs through MLX) overrides column_layout's rule for any
+    shape, and a value outside LAYOUTS is refused by the variable's name."""
+    from mlx_metile.compiler.lower_mma_staged import ONE_TILE, TILES, column_layout
+
+    assert column_layout(18944, 3584, True) == TILES
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_LAYOUT", "1")
+    assert column_layout(18944, 3584, True) == column_layout(1536, 8960) == ONE_TILE
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_LAYOUT", "6")
+    with pytest.raises(ValueError, match="MLX_METILE_CUDA_MMA_LAYOUT: expected one of"):
+        column_layout(14336, 4096)
+
+
 def test_one_wave_layout_asks_for_five_blocks_per_sm_only_where_measured(fresh_kernels, monkeypatch):
     """lower_mma_staged.ONE_WAVE (grids of 4-5 blocks per SM): single products of 4/8-bit
     weights at 1-8 rows ask for 5 blocks per SM; their sources are ONE_TILE's but for the

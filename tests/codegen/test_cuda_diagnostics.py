@@ -33,11 +33,22 @@ def test_each_diagnostic_removes_what_it_names(sources):
     assert "metile_cp_small<" not in no_scales and no_scales.count("metile_cp16(") == q4.count("metile_cp16(")
     both = diagnostics.apply("nomath,noscales", q4)
     assert "continue; }" in both and "metile_cp_small<" not in both
+    # the sums of x per group: MMAs whose A operand is all ones, and only those
+    ones = q4.count("metile_mma_bf16(cx")
+    no_sums = diagnostics.apply("noxsum", q4)
+    assert ones > 0 and no_sums.count("metile_mma_bf16(cx") == 0
+    assert no_sums.count("metile_mma_bf16(") == q4.count("metile_mma_bf16(") - ones
+    # half of K per block: block 2c + h takes K ranges h * warps .. of column block c
+    half = diagnostics.apply("khalf", q4)
+    assert "const int pid0 = (int)blockIdx.x >> 1, khalf = blockIdx.x & 1;" in half
+    assert "const int c_begin = (khalf * (int)(blockDim.x >> 5) + warp) * per_warp;" in half
 
 
 def test_a_diagnostic_refuses_a_kernel_without_its_part(sources):
     _, dense = sources
     with pytest.raises(ValueError, match="noscales"):
         diagnostics.apply("noscales", dense)  # dense weights have no scales
+    with pytest.raises(ValueError, match="noxsum"):
+        diagnostics.apply("noxsum", dense)  # nor sums of x for biases
     with pytest.raises(ValueError, match="unknown diagnostic"):
         diagnostics.apply("nothing", dense)
