@@ -170,7 +170,8 @@ def _wide_outputs(arr, check, results) -> None:
     """Outputs of NARROW_COLUMNS columns or more (plus a tail of 40) over K = SHORT_K:
     2 column tiles per block on the staged ring on CUDA, at every row bucket (8-bit group
     128: at 32 rows, in dynamic shared memory); over K = 1536 (the ONE_WAVE layout: 5 blocks
-    per SM at 1-8 rows); over K = 3584, 10600 columns (single 4/8-bit products: TILES)."""
+    per SM at 1-8 rows); over K = 3584, 10600 columns (single 4/8-bit products: TILES); over K = 2048,
+    6008 columns (ONE_TILE_WIDE, TILES from 8 rows for single 4/8-bit products)."""
     from mlx_metile.compiler.lower_mma_staged import NARROW_COLUMNS, SHORT_K
 
     N, rows_list = NARROW_COLUMNS + 40, (1, 3, 8, 9, 16, 17, 32)
@@ -184,6 +185,11 @@ def _wide_outputs(arr, check, results) -> None:
     N, K = 10600, 3584
     for bits, group in ((4, 64), (8, 64), (4, 128)):
         _quantized_rows(arr, check, results, K, N, mx.bfloat16, bits, (1, 3, 8, 17, 32), f"N={N} K={K}", group)
+    # one-tile grids of 2-4 blocks per SM over such K (ONE_TILE_WIDE) take TILES from 8 rows
+    # (lower_mma_staged.bucket_layout; as the ONE_WAVE 8-bit group-64 products over K = 1536 above)
+    N, K = 6008, 2048
+    for bits, group in ((4, 64), (8, 64), (8, 128)):
+        _quantized_rows(arr, check, results, K, N, mx.bfloat16, bits, (1, 4, 5, 8, 17, 32), f"N={N} K={K}", group)
 
 
 def _one_tile_dense(arr, check, results) -> None:

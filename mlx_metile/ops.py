@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import mlx.core as mx
 
-from .compiler.lower_mma_staged import column_layout
+from .compiler.lower_mma_staged import bucket_layout, column_layout
 from .compiler.schedule import row_bucket
 from .envvars import getenv, raw_settings
 from .gradients import differentiable
@@ -297,7 +297,11 @@ def _project(
     k_multiple = math.gcd(K, 256 if target == "cuda" else 64)
     cols = Ns[0] if epilogue == "swiglu" else sum(Ns)
     quantized_single = len(weights) == 1 and epilogue != "swiglu" and isinstance(weights[0], QuantizedWeight)
-    layout = column_layout(cols, K, quantized_single) if target == "cuda" else 0
+    layout = 0
+    if target == "cuda":
+        layout = column_layout(cols, K, quantized_single)
+        if quantized_single:
+            layout = bucket_layout(layout, K, row_bucket(rows), formats[0].bits, formats[0].group_size)
     _, artifact = _compiled(act, formats, epilogue, residual is not None, k_multiple, row_bucket(rows), target, layout)
     scalars = {"M": rows, "K": K, **{f"N{i}": n for i, n in enumerate(Ns)}}
     out_ns = [Ns[0]] if single else Ns

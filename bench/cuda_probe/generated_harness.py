@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.cuda_probe import diagnostics  # noqa: E402
 from bench.settings import apply_cuda_settings  # noqa: E402
-from mlx_metile.compiler.lower_mma_staged import LAYOUTS, column_layout  # noqa: E402
+from mlx_metile.compiler.lower_mma_staged import LAYOUTS, bucket_layout, column_layout  # noqa: E402
 from mlx_metile.compiler.schedule import row_bucket  # noqa: E402
 from mlx_metile.runtime import compile_projection  # noqa: E402
 from mlx_metile.spec import ProjectionSpec, WeightFormat  # noqa: E402
@@ -189,7 +189,11 @@ def main() -> None:
         pseudo = ("HACK=", "BUCKET=")
         apply_cuda_settings(";".join(a for a in settings.split(";") if not a.startswith(pseudo)))
         for bucket in sorted({row_bucket(r) for r in rows}):  # as the op picks kernels
-            art = compile_projection(spec, min(bucket, cap) if cap else bucket, "cuda", layout)
+            kernel_bucket = min(bucket, cap) if cap else bucket
+            at = layout  # the op's layout for this row bucket, unless --layout gives one
+            if args.layout is None and bits and nw == 1:
+                at = bucket_layout(layout, K, kernel_bucket, bits, group)
+            art = compile_projection(spec, kernel_bucket, "cuda", at)
             entry = f"{art.entry}_v{vi}_b{bucket}"  # extern "C": unique across namespaces
             # each variant in its own namespace: their helpers share names
             body_src = (

@@ -520,6 +520,15 @@ SUITE_KHALF |= {
     f"{fmt}_gateup_fused_khalf": (["--format", fmt, "--pool", "4", "--rows", "1,8,16"], KHALF)
     for fmt in ("q4g64", "q8g64")
 }
+# s17-smalltiles: through MLX (session 17) the single 8-bit product of Llama-3.2-3B's gate/up (3072 -> 8192,
+# ONE_TILE_WIDE: 512 one-tile blocks, two waves at 16-32 rows' 2 blocks per SM) ran 1.00x / 0.81x stock at
+# 16 / 32 rows. TILES (two tiles a block, the same K ranges, so the same sums) against each one-tile layout
+# on small single products, files per layout, at 8-32 rows.
+SUITE_SMALLTILES = {}
+for fmt in ("q8g64", "q4g64", "q8g128"):
+    for k, n in ((3072, 8192), (2048, 8192), (1536, 8960), (4096, 4096)):
+        args = [*shape(fmt, k, n, pool_by_size(k, n)), "--rows", "8,16,32"]
+        SUITE_SMALLTILES |= layout_pair(f"{fmt}_{k}x{n}", args, "smalltiles")
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -557,6 +566,7 @@ SUITES = {
     "s16-gateup": SUITE_GATEUP,
     "s17-balance": SUITE_BALANCE,
     "s17-khalf": SUITE_KHALF,
+    "s17-smalltiles": SUITE_SMALLTILES,
 }
 
 

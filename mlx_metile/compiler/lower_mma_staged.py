@@ -348,6 +348,31 @@ def column_layout(columns: int, k: int, quantized_single: bool = False) -> int:
     return TILES
 
 
+# Single 4/8-bit products at 8-32 rows whose one-tile grids take 2-5 blocks per SM: two tiles a block
+# (TILES) where measured faster. H200, kernel alone (bench/results/h200-ab-2026-11-30-session17.json,
+# call 7), TILES's time against the one-tile layout's at 8 / 16 / 32 rows: ONE_TILE_WIDE over
+# 2048 <= K < 4096 (2048 / 3072 -> 8192) 4-bit group 64 1.07-1.10x / 1.26-1.34x / 1.18-1.24x, 8-bit
+# group 64 1.14-1.15x / 1.16-1.21x / 1.34-1.38x, 8-bit group 128 0.99-1.00x / 0.98-1.00x / 1.15-1.18x;
+# ONE_WAVE (1536 -> 8960) 8-bit group 64 1.11x / 1.10x / 1.20x, but 4-bit group 64 0.93-1.00x and
+# 8-bit group 128 0.91-1.05x, which keep it; 4096 -> 4096 (ONE_TILE) 0.95-1.12x, unchanged. TILES and
+# the one-tile layouts split K alike (the sums of one tile, tests/emu/test_cuda_on_cpu.py), so a
+# row's bits do not depend on which row bucket computed it.
+TILES_FROM_ROWS = 8
+
+
+def bucket_layout(layout: int, k: int, rows_bucket: int, bits: int, group: int) -> int:
+    """The layout of one row bucket's kernel of a single product of `bits`-bit weights (0: dense)
+    in group `group`: column_layout's, or TILES where TILES_FROM_ROWS says so. Not where
+    MLX_METILE_CUDA_MMA_LAYOUT forces one."""
+    if mma_override("layout") is not None or rows_bucket < TILES_FROM_ROWS or not bits:
+        return layout
+    if layout == ONE_TILE_WIDE and QUANTIZED_SHORT_K <= k < SHORT_K:
+        return TILES
+    if layout == ONE_WAVE and bits == 8 and group == 64:
+        return TILES
+    return layout
+
+
 def wave_blocks(spec: ProjectionSpec, layout: int, rows_bucket: int) -> int:
     """Blocks per SM a kernel asks for beyond its row bucket's setting: WAVE_BLOCKS for the
     single products of 4/8-bit weights (one weight: what was measured) in the ONE_WAVE layout

@@ -377,6 +377,31 @@ def test_column_layouts_of_the_benchmark_shapes_and_their_warps(fresh_kernels, m
         compile_projection(ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 8, "cuda", 6)
 
 
+def test_single_quantized_products_of_small_one_tile_grids_take_tiles_from_8_rows(monkeypatch):
+    """bucket_layout: ONE_TILE_WIDE over 2048 <= K < 4096 and ONE_WAVE 8-bit group-64 products take
+    TILES at 8-32 rows, where measured faster; other layouts, dense weights, rows 1-4 and
+    MLX_METILE_CUDA_MMA_LAYOUT keep column_layout's."""
+    from mlx_metile.compiler.lower_mma_staged import (
+        ONE_TILE,
+        ONE_TILE_WIDE,
+        ONE_WAVE,
+        TILES,
+        bucket_layout,
+        column_layout,
+    )
+
+    wide, wave = column_layout(8192, 3072, True), column_layout(8960, 1536, True)
+    assert (wide, wave) == (ONE_TILE_WIDE, ONE_WAVE)
+    assert [bucket_layout(wide, 3072, b, 4, 64) for b in (1, 2, 4, 8, 16, 32)] == [wide] * 3 + [TILES] * 3
+    assert [bucket_layout(wave, 1536, b, 8, 64) for b in (4, 8, 32)] == [wave, TILES, TILES]
+    assert bucket_layout(wave, 1536, 32, 4, 64) == bucket_layout(wave, 1536, 32, 8, 128) == wave
+    assert bucket_layout(wide, 3072, 32, 0, 0) == wide  # dense
+    assert bucket_layout(ONE_TILE, 4096, 32, 8, 64) == ONE_TILE
+    assert bucket_layout(column_layout(8192, 4096, True), 4096, 32, 8, 64) == ONE_TILE_WIDE  # K = 4096
+    monkeypatch.setenv("MLX_METILE_CUDA_MMA_LAYOUT", "5")
+    assert bucket_layout(wide, 3072, 32, 8, 64) == wide
+
+
 def test_layout_setting_forces_one_column_layout_for_every_product(monkeypatch):
     """MLX_METILE_CUDA_MMA_LAYOUT (A/B runs through MLX) overrides column_layout's rule for any
     shape, and a value outside LAYOUTS is refused by the variable's name."""
