@@ -281,7 +281,8 @@ NARROW_COLUMNS = 2 * TILE * 2 * 132
 SHORT_K = 4096
 
 
-# Column layouts of a product (one per weight shape, so for all its row buckets):
+# Column layouts of a product (one per weight shape, so for all its row buckets but where bucket_layout
+# gives single 4/8-bit products TILES from 8 rows):
 # TILES: several tiles per block where the rings fit; ONE_TILE: narrow or shallow
 # products; SPREAD: outputs so narrow that the grid gives an SM at most one block, over a
 # long K: one tile, and K split over twice the warps (8 for 4/8-bit weights, 16
