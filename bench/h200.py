@@ -171,7 +171,7 @@ def _wide_outputs(arr, check, results) -> None:
     2 column tiles per block on the staged ring on CUDA, at every row bucket (8-bit group
     128: at 32 rows, in dynamic shared memory); over K = 1536 (the ONE_WAVE layout: 5 blocks
     per SM at 1-8 rows); over K = 3584, 10600 columns (single 4/8-bit products: TILES); over K = 2048,
-    6008 columns (ONE_TILE_WIDE, TILES from 8 rows for single 4/8-bit products)."""
+    6008 columns (ONE_TILE_WIDE: TILES for single 4/8-bit products, see bucket_layout)."""
     from mlx_metile.compiler.lower_mma_staged import NARROW_COLUMNS, SHORT_K
 
     N, rows_list = NARROW_COLUMNS + 40, (1, 3, 8, 9, 16, 17, 32)
@@ -185,8 +185,9 @@ def _wide_outputs(arr, check, results) -> None:
     N, K = 10600, 3584
     for bits, group in ((4, 64), (8, 64), (4, 128)):
         _quantized_rows(arr, check, results, K, N, mx.bfloat16, bits, (1, 3, 8, 17, 32), f"N={N} K={K}", group)
-    # one-tile grids of 2-4 blocks per SM over such K (ONE_TILE_WIDE) take TILES from 8 rows
-    # (lower_mma_staged.bucket_layout; as the ONE_WAVE 8-bit group-64 products over K = 1536 above)
+    # one-tile grids of 2-4 blocks per SM over such K (ONE_TILE_WIDE) take TILES in every row bucket
+    # (group 64) or from 8 rows (8-bit group 128) - lower_mma_staged.bucket_layout, as ONE_WAVE's
+    # 8-bit group-64 products over K = 1536 above from 8 rows
     N, K = 6008, 2048
     for bits, group in ((4, 64), (8, 64), (8, 128)):
         _quantized_rows(arr, check, results, K, N, mx.bfloat16, bits, (1, 4, 5, 8, 17, 32), f"N={N} K={K}", group)
@@ -195,7 +196,8 @@ def _wide_outputs(arr, check, results) -> None:
 def _one_tile_dense(arr, check, results) -> None:
     """Dense products of one-tile layouts with their own dense rules on CUDA, at row buckets on both
     sides of them: 6008 columns (a tail of 8) over K = 2048, ONE_TILE_WIDE (one-tile grids of 2-4
-    blocks per SM), whose 1-4 row kernels keep the 48 KB ring where ONE_TILE's take the deep one;
+    blocks per SM), whose 1-4 row kernels keep the 48 KB ring where ONE_TILE's take the deep one
+    and whose 16-32 row kernels are TILES's (bucket_layout);
     8488 columns over K = 1536, ONE_WAVE, which splits K over 2 warps in every row bucket."""
     from mlx_metile.compiler.lower_mma_staged import ONE_TILE_WIDE, ONE_WAVE, column_layout
 

@@ -300,8 +300,8 @@ def _project(
     layout = 0
     if target == "cuda":
         layout = column_layout(cols, K, quantized_single)
-        if quantized_single:
-            layout = bucket_layout(layout, K, row_bucket(rows), formats[0].bits, formats[0].group_size)
+        if len(weights) == 1 and epilogue != "swiglu":
+            layout = bucket_layout(layout, K, row_bucket(rows), formats[0])
     _, artifact = _compiled(act, formats, epilogue, residual is not None, k_multiple, row_bucket(rows), target, layout)
     scalars = {"M": rows, "K": K, **{f"N{i}": n for i, n in enumerate(Ns)}}
     out_ns = [Ns[0]] if single else Ns

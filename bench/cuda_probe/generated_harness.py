@@ -191,8 +191,8 @@ def main() -> None:
         for bucket in sorted({row_bucket(r) for r in rows}):  # as the op picks kernels
             kernel_bucket = min(bucket, cap) if cap else bucket
             at = layout  # the op's layout for this row bucket, unless --layout gives one
-            if args.layout is None and bits and nw == 1:
-                at = bucket_layout(layout, K, kernel_bucket, bits, group)
+            if args.layout is None and nw == 1:
+                at = bucket_layout(layout, K, kernel_bucket, spec.weights[0])
             art = compile_projection(spec, kernel_bucket, "cuda", at)
             entry = f"{art.entry}_v{vi}_b{bucket}"  # extern "C": unique across namespaces
             # each variant in its own namespace: their helpers share names

@@ -529,6 +529,14 @@ for fmt in ("q8g64", "q4g64", "q8g128"):
     for k, n in ((3072, 8192), (2048, 8192), (1536, 8960), (4096, 4096)):
         args = [*shape(fmt, k, n, pool_by_size(k, n)), "--rows", "8,16,32"]
         SUITE_SMALLTILES |= layout_pair(f"{fmt}_{k}x{n}", args, "smalltiles")
+# s17-smalltiles2: s17-smalltiles had TILES 1.07-1.38x over ONE_TILE_WIDE for 4/8-bit group-64 single
+# products at 8-32 rows. The same at 1-4 rows (buckets 1, 2, 4: is it a rule for every bucket?), and the
+# dense bf16 products of those shapes at 1-32 rows (their TILES split K as ONE_TILE_WIDE does).
+SUITE_SMALLTILES2 = {}
+for fmt, rows in (("q8g64", "1,2,4"), ("q4g64", "1,2,4"), ("bf16", "1,4,8,16,32")):
+    for k, n in ((3072, 8192), (2048, 8192)):
+        args = [*shape(fmt, k, n, pool_by_size(k, n)), "--rows", rows]
+        SUITE_SMALLTILES2 |= layout_pair(f"{fmt}_{k}x{n}", args, "smalltiles2")
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -567,6 +575,7 @@ SUITES = {
     "s17-balance": SUITE_BALANCE,
     "s17-khalf": SUITE_KHALF,
     "s17-smalltiles": SUITE_SMALLTILES,
+    "s17-smalltiles2": SUITE_SMALLTILES2,
 }
 
 

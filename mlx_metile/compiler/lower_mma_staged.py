@@ -33,7 +33,7 @@ import os
 
 from ..codegen.ast import KernelDef, Raw
 from ..cuda_arch import shared_memory
-from ..spec import ProjectionSpec
+from ..spec import ProjectionSpec, WeightFormat
 from .lower import LowerError
 from .lower_mma import (
     SMEM_LIMIT,
@@ -349,27 +349,33 @@ def column_layout(columns: int, k: int, quantized_single: bool = False) -> int:
     return TILES
 
 
-# Single 4/8-bit products at 8-32 rows whose one-tile grids take 2-5 blocks per SM: two tiles a block
-# (TILES) where measured faster. H200, kernel alone (bench/results/h200-ab-2026-11-30-session17.json,
-# call 7), TILES's time against the one-tile layout's at 8 / 16 / 32 rows: ONE_TILE_WIDE over
-# 2048 <= K < 4096 (2048 / 3072 -> 8192) 4-bit group 64 1.07-1.10x / 1.26-1.34x / 1.18-1.24x, 8-bit
-# group 64 1.14-1.15x / 1.16-1.21x / 1.34-1.38x, 8-bit group 128 0.99-1.00x / 0.98-1.00x / 1.15-1.18x;
-# ONE_WAVE (1536 -> 8960) 8-bit group 64 1.11x / 1.10x / 1.20x, but 4-bit group 64 0.93-1.00x and
-# 8-bit group 128 0.91-1.05x, which keep it; 4096 -> 4096 (ONE_TILE) 0.95-1.12x, unchanged. TILES and
-# the one-tile layouts split K alike (the sums of one tile, tests/emu/test_cuda_on_cpu.py), so a
-# row's bits do not depend on which row bucket computed it.
-TILES_FROM_ROWS = 8
+# Single products whose one-tile grids take 2-5 blocks per SM: two tiles a block (TILES) where
+# measured faster. H200, kernel alone (bench/results/h200-ab-2026-11-30-session17.json, calls 7 and
+# 10), TILES's time against the one-tile layout's, ONE_TILE_WIDE over 2048 <= K < 4096 (2048 / 3072 ->
+# 8192): 4-bit group 64 1.07-1.11x at 1-8 rows, 1.26-1.34x at 16, 1.18-1.24x at 32; 8-bit group 64
+# 1.13-1.16x at 1-8, 1.16-1.21x at 16, 1.34-1.38x at 32; 8-bit group 128 0.99-1.00x at 8-16 rows,
+# 1.15-1.18x at 32 (so from 8 rows; 1-4 rows and other groups unmeasured); bf16 0.99-1.02x at 1-8 rows,
+# 1.17-1.19x at 16, 1.11-1.13x at 32. ONE_WAVE (1536 -> 8960) 8-bit group 64 1.11x / 1.10x / 1.20x at 8
+# / 16 / 32 rows, but 4-bit group 64 0.93-1.00x and 8-bit group 128 0.91-1.05x, which keep it (dense
+# ONE_WAVE splits K otherwise). TILES and these one-tile layouts split K alike (the sums of one tile,
+# tests/emu/test_cuda_on_cpu.py), so a row's bits do not depend on which row bucket computed it.
+TILES_FROM_ROWS = 8  # the row buckets measured where not every one was
+DENSE_TILES_FROM_ROWS = 16
 
 
-def bucket_layout(layout: int, k: int, rows_bucket: int, bits: int, group: int) -> int:
-    """The layout of one row bucket's kernel of a single product of `bits`-bit weights (0: dense)
-    in group `group`: column_layout's, or TILES where TILES_FROM_ROWS says so. Not where
+def bucket_layout(layout: int, k: int, rows_bucket: int, weight: WeightFormat) -> int:
+    """The layout of one row bucket's kernel of a single product (one weight, no SwiGLU) of
+    `weight`: column_layout's, or TILES where the measurements above say so. Not where
     MLX_METILE_CUDA_MMA_LAYOUT forces one."""
-    if mma_override("layout") is not None or rows_bucket < TILES_FROM_ROWS or not bits:
+    if mma_override("layout") is not None:
         return layout
+    bits, group = weight.bits, weight.group_size
     if layout == ONE_TILE_WIDE and QUANTIZED_SHORT_K <= k < SHORT_K:
-        return TILES
-    if layout == ONE_WAVE and bits == 8 and group == 64:
+        if bits and (group == 64 or (bits == 8 and group == 128 and rows_bucket >= TILES_FROM_ROWS)):
+            return TILES
+        if not bits and weight.dtype in ("bf16", "f16") and rows_bucket >= DENSE_TILES_FROM_ROWS:
+            return TILES
+    if layout == ONE_WAVE and bits == 8 and group == 64 and rows_bucket >= TILES_FROM_ROWS:
         return TILES
     return layout
 

@@ -377,10 +377,11 @@ def test_column_layouts_of_the_benchmark_shapes_and_their_warps(fresh_kernels, m
         compile_projection(ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 8, "cuda", 6)
 
 
-def test_single_quantized_products_of_small_one_tile_grids_take_tiles_from_8_rows(monkeypatch):
-    """bucket_layout: ONE_TILE_WIDE over 2048 <= K < 4096 and ONE_WAVE 8-bit group-64 products take
-    TILES at 8-32 rows, where measured faster; other layouts, dense weights, rows 1-4 and
-    MLX_METILE_CUDA_MMA_LAYOUT keep column_layout's."""
+def test_single_products_of_small_one_tile_grids_take_tiles_where_measured(monkeypatch):
+    """bucket_layout: over 2048 <= K < 4096, ONE_TILE_WIDE products of group-64 weights take TILES in
+    every row bucket, 8-bit group-128 ones from 8 rows, 2-byte dense ones from 16; ONE_WAVE 8-bit
+    group-64 products from 8 rows; other formats and layouts, and MLX_METILE_CUDA_MMA_LAYOUT, keep
+    column_layout's."""
     from mlx_metile.compiler.lower_mma_staged import (
         ONE_TILE,
         ONE_TILE_WIDE,
@@ -390,16 +391,24 @@ def test_single_quantized_products_of_small_one_tile_grids_take_tiles_from_8_row
         column_layout,
     )
 
+    buckets = (1, 2, 4, 8, 16, 32)
     wide, wave = column_layout(8192, 3072, True), column_layout(8960, 1536, True)
-    assert (wide, wave) == (ONE_TILE_WIDE, ONE_WAVE)
-    assert [bucket_layout(wide, 3072, b, 4, 64) for b in (1, 2, 4, 8, 16, 32)] == [wide] * 3 + [TILES] * 3
-    assert [bucket_layout(wave, 1536, b, 8, 64) for b in (4, 8, 32)] == [wave, TILES, TILES]
-    assert bucket_layout(wave, 1536, 32, 4, 64) == bucket_layout(wave, 1536, 32, 8, 128) == wave
-    assert bucket_layout(wide, 3072, 32, 0, 0) == wide  # dense
-    assert bucket_layout(ONE_TILE, 4096, 32, 8, 64) == ONE_TILE
-    assert bucket_layout(column_layout(8192, 4096, True), 4096, 32, 8, 64) == ONE_TILE_WIDE  # K = 4096
+    assert (wide, wave, column_layout(8192, 3072)) == (ONE_TILE_WIDE, ONE_WAVE, ONE_TILE_WIDE)
+
+    def layouts(layout, k, fmt):
+        return [bucket_layout(layout, k, b, fmt) for b in buckets]
+
+    q4, q8, q8g128, q4g128 = (WeightFormat("bf16", b, g) for b, g in ((4, 64), (8, 64), (8, 128), (4, 128)))
+    assert layouts(wide, 3072, q4) == layouts(wide, 2048, q8) == [TILES] * 6
+    assert layouts(wide, 3072, q8g128) == [wide] * 3 + [TILES] * 3
+    assert layouts(wide, 3072, WeightFormat("bf16")) == [wide] * 4 + [TILES] * 2
+    assert layouts(wide, 3072, q4g128) == layouts(wide, 3072, WeightFormat("f32")) == [wide] * 6
+    assert layouts(wave, 1536, q8) == [wave] * 3 + [TILES] * 3
+    assert layouts(wave, 1536, q4) == layouts(wave, 1536, WeightFormat("bf16")) == [wave] * 6
+    assert layouts(ONE_TILE, 4096, q8) == [ONE_TILE] * 6
+    assert layouts(column_layout(8192, 4096, True), 4096, q8) == [ONE_TILE_WIDE] * 6  # K = 4096
     monkeypatch.setenv("MLX_METILE_CUDA_MMA_LAYOUT", "5")
-    assert bucket_layout(wide, 3072, 32, 8, 64) == wide
+    assert layouts(wide, 3072, q8) == [wide] * 6
 
 
 def test_layout_setting_forces_one_column_layout_for_every_product(monkeypatch):

@@ -167,19 +167,20 @@ def test_two_column_tiles_give_the_bits_of_one(monkeypatch):
             assert all(np.array_equal(a, b) for a, b in zip(two, one)), (spec.name(), bucket)
 
 
-@pytest.mark.parametrize("bits,layout", [(8, 4), (4, 5), (8, 5)])
-def test_tiles_from_8_rows_keep_the_bits_of_the_one_tile_layouts_below(bits, layout):
-    """lower_mma_staged.bucket_layout gives single 4/8-bit products of ONE_WAVE / ONE_TILE_WIDE
-    shapes TILES from 8 rows: a row computed alone in the one-tile layout (1 row) equals the same
-    row among 20 in TILES (32 rows), bit for bit."""
+@pytest.mark.parametrize("bits,layout", [(8, 4), (4, 5), (8, 5), (0, 5)])
+def test_tiles_of_larger_row_buckets_keep_the_bits_of_the_one_tile_layouts(bits, layout):
+    """lower_mma_staged.bucket_layout gives single products of ONE_WAVE / ONE_TILE_WIDE shapes TILES
+    in some row buckets: a row computed alone in the one-tile layout (1 row) equals the same row
+    among 20 in TILES (32 rows), bit for bit."""
     from mlx_metile.compiler.lower_mma_staged import TILES, bucket_layout
 
     K = 2048 if layout == 5 else 1536
-    assert bucket_layout(layout, K, 32, bits, 64) == TILES and bucket_layout(layout, K, 4, bits, 64) == layout
-    case = Case(ProjectionSpec("bf16", (WeightFormat("bf16", bits, 64),), k_multiple=256), 512, 48, rows=20)
+    weight = WeightFormat("bf16", bits, 64) if bits else WeightFormat("bf16")
+    assert bucket_layout(layout, K, 32, weight) == TILES
+    case = Case(ProjectionSpec("bf16", (weight,), k_multiple=256), 512, 48, rows=20)
     alone = case.run(1, 1, layout=layout)
     among = case.run(32, 20, layout=TILES)
-    case.check(among, 20, f"{bits}-bit TILES rows=20")
+    case.check(among, 20, f"{weight} TILES rows=20")
     assert np.array_equal(among[0][:1], alone[0])
 
 
