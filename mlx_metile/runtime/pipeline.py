@@ -23,7 +23,7 @@ from .debug import dump
 def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "msl", layout: int = 0) -> Artifact:
     """The kernel of `spec` for calls of up to `rows_bucket` rows on `target`; `layout`
     (CUDA: lower_mma_staged.column_layout of the weight's shape - the same for all row
-    buckets but where bucket_layout gives single 4/8-bit products TILES from 8 rows, which
+    buckets but where bucket_layout gives some single products TILES in some buckets, which
     keeps the sums; 0 several column tiles per block, 1 one tile, so that narrow
     outputs still spread over the GPU, 2 and 3 one tile and K split over more warps,
     4 one tile and, at 1-8 rows, 5 blocks per SM (single dense products: 2 warps), 5 one tile
