@@ -64,17 +64,21 @@ def test_rings_over_48_kb_are_launched_with_their_dynamic_shared_memory(fake_cud
 
 def test_wide_deep_products_take_two_column_tiles_per_block(fake_cuda):
     """Products of NARROW_COLUMNS columns or more over K >= SHORT_K launch blocks of 32
-    columns (2 tiles on the staged ring); narrower or shallower ones blocks of 16."""
+    columns (2 tiles on the staged ring); narrower or shallower ones blocks of 16 - but single
+    group-64 products over 2048 <= K < SHORT_K whose one-tile grids take 2-4 blocks per SM
+    (ONE_TILE_WIDE), which take 2 tiles in every row bucket (lower_mma_staged.bucket_layout)."""
     from mlx_metile.compiler.lower_mma_staged import NARROW_COLUMNS, SHORT_K
 
     x = rand((2, SHORT_K), mx.bfloat16, 1)
     w = rand((NARROW_COLUMNS, SHORT_K), mx.bfloat16, 2, 0.1)
     q = mx.quantize(w, group_size=64, bits=4)
     q_short = mx.quantize(w[:, : SHORT_K // 2], group_size=64, bits=4)
+    q_shorter = mx.quantize(w[:, :1536], group_size=64, bits=4)
     cases = (
         (x, q, NARROW_COLUMNS, 32),
         (x, tuple(a[:-16] for a in q), NARROW_COLUMNS - 16, 16),
-        (x[:, : SHORT_K // 2], q_short, NARROW_COLUMNS, 16),
+        (x[:, : SHORT_K // 2], q_short, NARROW_COLUMNS, 32),  # bucket_layout
+        (x[:, :1536], q_shorter, NARROW_COLUMNS, 16),
     )
     for xs, (wq, s, b), n, per_block in cases:
         mt.quantized_linear(xs, wq, s, b, group_size=64, bits=4)
