@@ -537,6 +537,22 @@ for fmt, rows in (("q8g64", "1,2,4"), ("q4g64", "1,2,4"), ("bf16", "1,4,8,16,32"
     for k, n in ((3072, 8192), (2048, 8192)):
         args = [*shape(fmt, k, n, pool_by_size(k, n)), "--rows", rows]
         SUITE_SMALLTILES2 |= layout_pair(f"{fmt}_{k}x{n}", args, "smalltiles2")
+# s17-rowblocks: s17-balance had x's loads take half of the 4-bit kernel's time at 32 rows (each of the
+# 448 blocks loads all 32 rows of x for its 32 columns: 117 MB against 33 MB of weights). Blocks of 64
+# columns and 16 rows (the 16-row kernel with 4 tiles, over 2 row blocks) halve x's loads and load each
+# weight twice; the grid in row-block-first order (rowsfirst) puts a weight's two row blocks side by
+# side, so the second finds it in L2. Rings in 64-100 KB of dynamic shared memory.
+ROWBLOCKS = [
+    "default=",
+    f"b16t4={E}TILES=4;{E}SMEM=100;BUCKET=16",
+    f"b16t4rf={E}TILES=4;{E}SMEM=100;BUCKET=16;HACK=rowsfirst",
+    f"b16t4s64rf={E}TILES=4;{E}SMEM=64;BUCKET=16;HACK=rowsfirst",
+    "again=",
+]
+SUITE_ROWBLOCKS17 = {
+    f"{fmt}_4096x14336_rowblocks": ([*shape(fmt, 4096, 14336, 8), "--rows", "32"], ROWBLOCKS)
+    for fmt in ("q4g64", "q8g64", "bf16")
+}
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -576,6 +592,7 @@ SUITES = {
     "s17-khalf": SUITE_KHALF,
     "s17-smalltiles": SUITE_SMALLTILES,
     "s17-smalltiles2": SUITE_SMALLTILES2,
+    "s17-rowblocks": SUITE_ROWBLOCKS17,
 }
 
 
