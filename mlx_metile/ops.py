@@ -24,13 +24,14 @@ from functools import lru_cache
 
 import mlx.core as mx
 
-from .compiler.lower_mma_staged import bucket_layout, column_layout
+from .compiler.lower_mma_staged import DEEP, bucket_layout, column_layout
 from .compiler.schedule import row_bucket
 from .envvars import getenv, raw_settings
 from .gradients import differentiable
 from .reference import fused_reference
 from .runtime import compile_projection, emulation_enabled, emulator_object
 from .runtime import cuda as cuda_runtime
+from .runtime.pipeline import tensor_cores
 from .spec import EPILOGUE_CODES, EPILOGUES, ProjectionSpec, WeightFormat
 from .trace import TraceRecord, record, tracing
 
@@ -138,6 +139,7 @@ class QuantizedWeight:
 
 
 Weight = mx.array | QuantizedWeight
+Norm = tuple[mx.array, float]  # an RMSNorm applied to x first: (its weight of shape (K,), eps)
 
 
 def _weight_format(w: Weight, bias: mx.array | None, i: int) -> WeightFormat:
@@ -162,9 +164,10 @@ def _compiled(
     bucket: int,
     target: str,
     layout: int = 0,
+    norm_eps: float | None = None,
 ) -> tuple[ProjectionSpec, object]:
     """Spec and artifact for hashable primitives: the per-call cache lookup."""
-    spec = ProjectionSpec(act, formats, epilogue, residual, k_multiple=k_multiple)
+    spec = ProjectionSpec(act, formats, epilogue, residual, k_multiple=k_multiple, norm_eps=norm_eps)
     return spec, compile_projection(spec, bucket, target, layout)
 
 
@@ -206,14 +209,15 @@ def _project(
     epilogue: str | None,
     residual: mx.array | None,
     stream: StreamLike,
+    norm: Norm | None = None,
 ) -> list[mx.array]:
     plannable = stream is None and not tracing()  # (explicit streams and traced calls take the full path)
     key = None
     if plannable and _PLANS:
-        key = _plan_key(op, x, weights, biases, epilogue, residual)
+        key = _plan_key(op, x, weights, biases, epilogue, residual, norm)
         plan = _PLANS.get(key)
         if plan is not None:  # a call like one already checked and planned: only its arrays differ
-            return plan.run(x, weights, biases, residual, None)
+            return plan.run(x, weights, biases, residual, None, norm)
     x_in, residual_in = x, residual
     x = _require_array(x, "x")
     act = _float_dtype(x, "x")
@@ -262,6 +266,9 @@ def _project(
             raise ValueError(f"residual: expected shape {lead + (Ns[0],)}, got {tuple(residual.shape)}")
         _float_dtype(residual, "residual")
 
+    if norm is not None:
+        _check_norm(norm, K)
+
     # The output dtype follows MLX's promotion of x with the dense weights.
     out_dtype = x.dtype
     for w in weights:
@@ -287,6 +294,9 @@ def _project(
         backend = "mlx"
     if backend == "cuda" and rows > cuda_max_rows():
         backend = "mlx"  # SIMT kernels lose to MLX's tensor-core GEMMs there (bench/results/h200-*)
+    if backend == "mlx" and norm is not None:  # the norm first, then the stock product
+        xn = mx.fast.rms_norm(x_in, norm[0], norm[1], stream=s)
+        return _project(op, xn, weights, biases, epilogue, residual_in, stream)
     if backend == "mlx":
         outs = fused_reference(x2, weights, biases, epilogue, res2)
         _record(op, rows, K, Ns, formats, epilogue, residual is not None, backend, None)
@@ -302,7 +312,13 @@ def _project(
         layout = column_layout(cols, K, quantized_single)
         if len(weights) == 1 and epilogue != "swiglu":
             layout = bucket_layout(layout, K, row_bucket(rows), formats[0])
-    _, artifact = _compiled(act, formats, epilogue, residual is not None, k_multiple, row_bucket(rows), target, layout)
+    if norm is not None and not _norm_fusable(backend, act, layout):  # the norm first, then the projection
+        xn = mx.fast.rms_norm(x_in, norm[0], norm[1], stream=s)
+        return _project(op, xn, weights, biases, epilogue, residual_in, stream)
+    norm_eps = None if norm is None else float(norm[1])
+    _, artifact = _compiled(
+        act, formats, epilogue, residual is not None, k_multiple, row_bucket(rows), target, layout, norm_eps
+    )
     scalars = {"M": rows, "K": K, **{f"N{i}": n for i, n in enumerate(Ns)}}
     out_ns = [Ns[0]] if single else Ns
     if backend == "cuda":
@@ -316,9 +332,9 @@ def _project(
                 inputs,
             )
         else:
-            outs = plan.run(x_in, weights, biases, residual_in, None if stream is None else s)  # as a planned call
+            outs = plan.run(x_in, weights, biases, residual_in, None if stream is None else s, norm)  # as planned
             if plannable and key is None:  # (not computed above while no plan existed)
-                key = _plan_key(op, x_in, weights, biases, epilogue, residual_in)
+                key = _plan_key(op, x_in, weights, biases, epilogue, residual_in, norm)
             if key is not None:
                 if len(_PLANS) >= _PLANS_LIMIT:
                     _PLANS.clear()
@@ -454,8 +470,8 @@ class _CudaPlan:
     def launch(self, inputs: list[mx.array], stream) -> list[mx.array]:
         return mx.fast.precompiled_cuda_kernel(inputs=inputs, stream=stream, **self.kwargs)
 
-    def run(self, x, weights, biases, residual, stream) -> list[mx.array]:
-        return self.run_with(x, weight_inputs(weights, biases), residual, stream)
+    def run(self, x, weights, biases, residual, stream, norm: Norm | None = None) -> list[mx.array]:
+        return self.run_with(x, norm_inputs(norm) + weight_inputs(weights, biases), residual, stream)
 
     def run_with(self, x, weight_arrays: list[mx.array], residual, stream=None) -> list[mx.array]:
         """run() with the weights' arrays gathered beforehand (weight_inputs; Projection keeps them)."""
@@ -493,6 +509,39 @@ def weight_inputs(weights: Sequence[Weight], biases: Sequence[mx.array | None]) 
     return inputs
 
 
+def norm_inputs(norm: Norm | None) -> list[mx.array]:
+    """The kernel input of a fused RMSNorm (its weight, as bf16: the kernel's activations), or none."""
+    if norm is None:
+        return []
+    g = norm[0]
+    return [g if g.dtype == mx.bfloat16 else g.astype(mx.bfloat16)]
+
+
+def _check_norm(norm, K: int) -> None:
+    if not isinstance(norm, tuple) or len(norm) != 2:
+        raise TypeError("norm: expected (weight, eps) of an RMSNorm, weight of shape (K,)")
+    g, eps = norm
+    g = _require_array(g, "norm[0]")
+    _float_dtype(g, "norm[0]")
+    if tuple(g.shape) != (K,):
+        raise ValueError(f"norm[0]: expected the RMSNorm weight of shape ({K},), got {tuple(g.shape)}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+        raise ValueError(f"norm[1]: expected a positive finite eps, got {eps!r}")
+
+
+def _norm_fusable(backend: str, act: str, layout: int) -> bool:
+    """Whether an RMSNorm goes into the projection's kernel: CUDA's tensor-core schedule with bf16
+    activations (lower_mma.MMALowering.norm), not the DEEP layout (whose warps take two K ranges
+    at 16-32 rows) and not under MLX_METILE_CUDA_GRADIENTS (whose vjp composes stock ops)."""
+    return (
+        backend == "cuda"
+        and act == "bf16"
+        and tensor_cores()
+        and layout != DEEP
+        and getenv("MLX_METILE_CUDA_GRADIENTS", "0") != "1"
+    )
+
+
 def _cuda_plan_of(artifact, x, residual, out_dtype, rows, cols, scalars, lead, out_ns) -> _CudaPlan:
     """The plan of a checked call, from its original x and residual."""
     x_cast = out_dtype if x.dtype != out_dtype else None
@@ -505,7 +554,7 @@ _PLANS_LIMIT = 4096
 _per_call_settings = raw_settings("MLX_METILE_CUDA_GRADIENTS", "MLX_METILE_CUDA_MAX_ROWS")
 
 
-def _plan_key(op, x, weights, biases, epilogue, residual) -> tuple | None:
+def _plan_key(op, x, weights, biases, epilogue, residual, norm: Norm | None = None) -> tuple | None:
     """What a call's checks and plan depend on besides its arrays' data: the shapes and
     dtypes of every array, the quantization settings, the default device's type and the two
     settings read per call; None for arguments the full path must look at (and reject)."""
@@ -528,12 +577,16 @@ def _plan_key(op, x, weights, biases, epilogue, residual) -> tuple | None:
     if residual is not None and type(residual) is not mx.array:
         return None
     key.append(None if residual is None else (residual.shape, residual.dtype))
+    if norm is not None:
+        if type(norm) is not tuple or len(norm) != 2 or type(norm[0]) is not mx.array or type(norm[1]) is not float:
+            return None
+        key.append((norm[0].shape, norm[0].dtype, norm[1]))
     return tuple(key)
 
 
-def planned(op, x, weights, biases, epilogue, residual) -> _CudaPlan | None:
+def planned(op, x, weights, biases, epilogue, residual, norm: Norm | None = None) -> _CudaPlan | None:
     """The plan the last call with these arguments' shapes, dtypes and settings left (CUDA)."""
-    key = _plan_key(op, x, weights, biases, epilogue, residual)
+    key = _plan_key(op, x, weights, biases, epilogue, residual, norm)
     return None if key is None else _PLANS.get(key)
 
 
@@ -600,6 +653,7 @@ def fused_linear(
     biases: Sequence[mx.array | None] | None = None,
     epilogue: str | None = None,
     residual: mx.array | None = None,
+    norm: Norm | None = None,
     stream: StreamLike = None,
 ) -> mx.array | list[mx.array]:
     """Several projections of one x, reading x once.
@@ -607,9 +661,14 @@ def fused_linear(
     - epilogue=None: one output per weight (q/k/v);
     - "swiglu": two weights (gate, up) -> silu(x@W0.T) * (x@W1.T);
     - "gelu" / "gelu_approx" / "silu": applied to each output;
-    - residual: added to the single output (down projection + residual).
+    - residual: added to the single output (down projection + residual);
+    - norm=(weight, eps): x goes through an RMSNorm first, `mx.fast.rms_norm(x, weight, eps)`;
+      on CUDA with bf16 activations inside the projection's kernel (x * weight rounded once to
+      bf16, each row's sums scaled by 1 / rms in f32 - one op fewer), elsewhere as that op.
     Biases, epilogue and residual are applied in f32 and rounded once.
     Returns a list when there are several outputs, else one array."""
     ws, bs = weight_lists(weights, biases)
-    outs = _project("fused_linear", x, ws, bs, epilogue, residual, stream)
+    if norm is not None and isinstance(norm, tuple) and len(norm) == 2 and isinstance(norm[1], int):
+        norm = (norm[0], float(norm[1]))
+    outs = _project("fused_linear", x, ws, bs, epilogue, residual, stream, norm)
     return outs[0] if len(outs) == 1 and (epilogue == "swiglu" or residual is not None or len(weights) == 1) else outs

@@ -25,7 +25,7 @@ _PLANS_PER_PROJECTION = 64  # distinct call shapes kept (decode, verify and a fe
 
 class Projection:
     """`p(x)` / `p(x, residual)` computes `fused_linear(x, weights, biases=biases,
-    epilogue=epilogue, residual=residual)`: one output per weight (a single array for one
+    epilogue=epilogue, residual=residual, norm=norm)`: one output per weight (a single array for one
     weight or "swiglu", else a list). Weights are fixed: make a new Projection for new arrays."""
 
     def __init__(
@@ -34,10 +34,12 @@ class Projection:
         *,
         biases: Sequence[mx.array | None] | None = None,
         epilogue: str | None = None,
+        norm: ops.Norm | None = None,
     ):
         self.weights, self.biases = ops.weight_lists(weights, biases)
         ops.check_bias_count(self.weights, self.biases)
         self.epilogue = epilogue
+        self.norm = None if norm is None else (norm[0], float(norm[1]))  # an RMSNorm of x first
         self._single = epilogue == "swiglu" or len(self.weights) == 1
         self._arrays: list[mx.array] | None = None  # the weights' kernel inputs, once a plan needs them
         self._plans: dict[tuple, ops._CudaPlan] = {}
@@ -51,14 +53,14 @@ class Projection:
                 return outs[0] if self._single else outs
         else:
             key = None
-        outs = ops._project("fused_linear", x, self.weights, self.biases, self.epilogue, residual, stream)
+        outs = ops._project("fused_linear", x, self.weights, self.biases, self.epilogue, residual, stream, self.norm)
         if key is not None and ops._PLANS:  # (only the CUDA path makes plans)
-            plan = ops.planned("fused_linear", x, self.weights, self.biases, self.epilogue, residual)
+            plan = ops.planned("fused_linear", x, self.weights, self.biases, self.epilogue, residual, self.norm)
             if plan is not None:
                 if len(self._plans) >= _PLANS_PER_PROJECTION:
                     self._plans.clear()
                 if self._arrays is None:
-                    self._arrays = ops.weight_inputs(self.weights, self.biases)
+                    self._arrays = ops.norm_inputs(self.norm) + ops.weight_inputs(self.weights, self.biases)
                 self._plans[key] = plan
         return outs[0] if self._single else outs
 
@@ -74,4 +76,5 @@ class Projection:
         )
 
     def __repr__(self) -> str:
-        return f"Projection({len(self.weights)} weights, epilogue={self.epilogue!r})"
+        norm = "" if self.norm is None else f", norm eps={self.norm[1]:g}"
+        return f"Projection({len(self.weights)} weights, epilogue={self.epilogue!r}{norm})"

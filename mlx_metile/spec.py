@@ -3,6 +3,7 @@ whole pipeline is keyed by (spec -> tile program -> schedule -> artifact)."""
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 EPILOGUES = (None, "swiglu", "gelu", "gelu_approx", "silu")
@@ -33,6 +34,9 @@ class ProjectionSpec:
     epilogue: str | None = None
     has_residual: bool = False
     k_multiple: int = 1  # a power of two known to divide K (lets K-rows be loaded 16 bytes at a time)
+    # RMSNorm of x before the product: x * g / sqrt(mean(x^2) + norm_eps), g a `norm` buffer of
+    # K act_dtype values (CUDA tensor-core kernels only; see lower_mma.MMALowering.norm)
+    norm_eps: float | None = None
 
     @property
     def outputs(self) -> int:
@@ -70,4 +74,6 @@ class ProjectionSpec:
         tail = f"_{self.epilogue}" if self.epilogue else ""
         tail += "_res" if self.has_residual else ""
         tail += f"_k{self.k_multiple}" if self.k_multiple > 1 else ""
+        if self.norm_eps is not None:  # eps's f32 bits: exact, and a C identifier
+            tail += f"_rms{struct.unpack('<I', struct.pack('<f', self.norm_eps))[0]:08x}"
         return f"proj_{self.act_dtype}_{'_'.join(parts)}{tail}"

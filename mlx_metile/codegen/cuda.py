@@ -57,6 +57,24 @@ __device__ __forceinline__ unsigned metile_q8_bf16(unsigned w, int q) {
 }"""
 
 
+# RMSNorm fused into the tensor-core schedule (lower_mma.MMALowering, spec.norm_eps), bf16: a
+# 16-byte x slice times the norm weight's, each product rounded once to bf16 (the MMA's B operand),
+# and the slice's squares added to its row's sum by two MMAs of x with itself - A's rows g are the
+# lane's B registers, its rows g + 8 zero - so C[g][g] (lane (g, g / 2), element g % 2) gathers row g.
+NORM_HELPERS = """__device__ __forceinline__ unsigned metile_norm_pair_bf16(unsigned x, unsigned g) {
+  const float lo = __uint_as_float(x << 16) * __uint_as_float(g << 16);
+  const float hi = __uint_as_float(x & 0xFFFF0000u) * __uint_as_float(g & 0xFFFF0000u);
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+__device__ __forceinline__ uint4 metile_norm_bf16(uint4 x, uint4 g, float* sq) {
+  metile_mma_bf16(sq, x.x, 0u, x.y, 0u, x.x, x.y);
+  metile_mma_bf16(sq, x.z, 0u, x.w, 0u, x.z, x.w);
+  return make_uint4(metile_norm_pair_bf16(x.x, g.x), metile_norm_pair_bf16(x.y, g.y), metile_norm_pair_bf16(x.z, g.z),
+                    metile_norm_pair_bf16(x.w, g.w));
+}"""
+
+
 # Asynchronous global -> shared copies (sm_80+) of the staged tensor-core schedule
 # (lower_mma_staged.py): `ok` false copies nothing and zero-fills the destination.
 CP_ASYNC_HELPERS = """__device__ __forceinline__ void metile_cp16(void* dst, const void* src, bool ok) {
@@ -83,7 +101,12 @@ __device__ __forceinline__ unsigned metile_q8hi_bf16(unsigned w, int q) {
   return metile_and_or(w >> (8 * q + 4), 0x000F000Fu, 0x45004500u);
 }"""
 
-LOCAL_HELPERS = {"cuda_mma": MMA_HELPERS, "cuda_cp_async": CP_ASYNC_HELPERS, "cuda_q8split": Q8_SPLIT_HELPERS}
+LOCAL_HELPERS = {
+    "cuda_mma": MMA_HELPERS,
+    "cuda_cp_async": CP_ASYNC_HELPERS,
+    "cuda_q8split": Q8_SPLIT_HELPERS,
+    "cuda_norm": NORM_HELPERS,
+}
 
 
 class CUDARenderer(CStyleRenderer):

@@ -273,10 +273,25 @@ class Load:
         return f"({self.cond}) ? *reinterpret_cast<const {self.typ}*>({self.addr}) : {ZERO[self.typ]}"
 
 
+@dataclass(frozen=True)
+class Derived:
+    """A value computed from loads, declared among them: `typ name = expr`."""
+
+    typ: str
+    name: str
+    expr: str
+
+    def value(self) -> str:
+        return self.expr
+
+
 class MMALowering(_Lowering):
     def __init__(self, program, schedule, divisors, vector_buffers, spec: ProjectionSpec):
         super().__init__(program, schedule, divisors, vector_buffers)
         self.spec = spec
+        # RMSNorm of x (spec.norm_eps): x times the norm weight in each lane's x load, the rows'
+        # sums of squares beside it (codegen/cuda.py NORM_HELPERS), 1 / rms applied to the sums
+        self.norm = spec.norm_eps is not None
         self.batch = mma_setting("batch", schedule.BM)
         self.wide = wide(spec)
         self.q8_split = q8_split(spec)
@@ -366,14 +381,38 @@ class MMALowering(_Lowering):
             return f"({ch}) * {self.ck} + {32 * sl} + t * 8"
         return f"({ch}) * {self.ck} + t * {self.quarter} + {8 * sl}"
 
-    def x_loads(self, b: int, ch: str, live: str | None) -> list[Load]:
-        """The lane's x: per row tile, its quarter of the chunk in 16-byte slices."""
-        out = []
+    def x_loads(self, b: int, ch: str, live: str | None) -> list[Load | Derived]:
+        """The lane's x: per row tile, its quarter of the chunk in 16-byte slices (with a fused
+        RMSNorm: times the norm weight's slices, loaded first, their squares summed per row)."""
+        out: list[Load | Derived] = []
+        if self.norm:
+            for sl in range(self.slices):
+                out.append(Load("uint4", f"gv{sl}_{b}", live or "true", f"norm + {self.slice_k(ch, sl)}"))
         for r in range(self.rt):
             cond = f"xok{r}" if live is None else f"{live} && xok{r}"
             for sl in range(self.slices):
-                out.append(Load("uint4", f"xv{r}_{sl}_{b}", cond, f"x + xrow{r} * K + {self.slice_k(ch, sl)}"))
+                x = Load("uint4", f"xv{r}_{sl}_{b}", cond, f"x + xrow{r} * K + {self.slice_k(ch, sl)}")
+                if self.norm:
+                    x = Derived("uint4", x.name, f"metile_norm_bf16({x.value()}, gv{sl}_{b}, sq{r})")
+                out.append(x)
         return out
+
+    def norm_lines(self) -> tuple[list[str], list[str]]:
+        """A fused RMSNorm's lines after the K loop (each warp's sums of squares of its rows into
+        shared memory) and in the finishing warp (1 / rms per row of the lane's sums, the warps'
+        parts added in warp order, so a row's value depends on K's split alone)."""
+        if not self.norm:
+            return [], []
+        s, rt = self.s, self.rt
+        after = [f"__shared__ float metile_sq[{s.SG}][{s.BM}];"]
+        after += [f"if (t == (g >> 1)) metile_sq[warp][{8 * r} + g] = sq{r}[g & 1];" for r in range(rt)]
+        finish = []
+        for r in range(rt):
+            for h in range(2):
+                row = f"2 * t + {8 * r + h}"
+                total = " + ".join(f"metile_sq[{w}][{row}]" for w in range(s.SG))
+                finish.append(f"const float inv{r}_{h} = rsqrtf(({total}) / (float)K + {self.spec.norm_eps:.9g}f);")
+        return after, finish
 
     def sector_word(self, v0: int, bits: int) -> int:
         """With sector_layout: the first of the lane's words v0.. among its chunk's words at t = 0
@@ -639,13 +678,19 @@ class MMALowering(_Lowering):
             lines.append(f"const unsigned oA = {one} & mA, oB = {one} & mB;")
         for j in range(nacc):
             lines.append(f"float part{j}[{tiles}][{rt}][4] = {{}};")
+        if self.norm:
+            if spec.act_dtype != "bf16" or self.per_warp != 1:
+                raise LowerError(f"{self.p.name}: a fused RMSNorm needs bf16 activations and a warp per K range")
+            self.use_helper("cuda_norm")
+            lines += [f"float sq{r}[4] = {{}};" for r in range(rt)]
+        norm_after, norm_finish = self.norm_lines()
 
         lines += self.k_loop(nacc, mma)
         body.append(Raw(lines))
 
         # the K ranges' partial sums, added in range order; warp 0 finishes
         self.reduction_buffer(body, nacc)
-        body.append(Raw(self.store_partials(nacc)))
+        body.append(Raw(self.store_partials(nacc) + norm_after))
         body.append(Barrier())
         finish = If("warp == 0")
         fscope = _Scope(finish.body, root, fence=True)
@@ -661,6 +706,15 @@ class MMALowering(_Lowering):
                             + " + ".join(f"red[{w}]{at}" for w in range(self.splits))
                             + ";"
                         )
+        if self.norm:  # the sums of the normalised rows: times 1 / rms of their row
+            sums += norm_finish
+            sums += [
+                f"fin{j}[{tile}][{r}][{e}] *= inv{r}_{e & 1};"
+                for j in range(nacc)
+                for tile in range(tiles)
+                for r in range(rt)
+                for e in range(4)
+            ]
         finish.body.append(Raw(sums))
         for tile in range(tiles):
             for r in range(rt):

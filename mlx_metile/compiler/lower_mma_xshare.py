@@ -73,6 +73,8 @@ def xshare_warps(spec: ProjectionSpec, layout: int, rows_bucket: int) -> int:
         layouts = (TILES, ONE_TILE_WIDE)
     if not value or rows_bucket < MIN_ROWS or layout not in layouts or not stageable(spec):
         return 0
+    if spec.norm_eps is not None:  # the fused RMSNorm is the K-split kernel's (same sums: rows stay invariant)
+        return 0
     return value
 
 

@@ -39,6 +39,8 @@ def projection_program(spec: ProjectionSpec) -> Program:
     BM, BN, BK = b.meta_param("BM"), b.meta_param("BN"), b.meta_param("BK")
     act = spec.act_dtype
     b.buffer("x", act)
+    if spec.norm_eps is not None:  # RMSNorm's weight, applied by the CUDA tensor-core lowering only
+        b.buffer("norm", act)
     for i, wf in enumerate(spec.weights):
         if wf.quantized:
             b.buffer(f"w{i}", "u32")

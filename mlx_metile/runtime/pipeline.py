@@ -34,6 +34,11 @@ def compile_projection(spec: ProjectionSpec, rows_bucket: int, target: str = "ms
         raise ValueError(f"layout: expected one of {LAYOUTS} (lower_mma_staged.column_layout), got {layout!r}")
     program = projection_program(spec)
     mma = target == "cuda" and tensor_cores() and mma_supported(spec)
+    if spec.norm_eps is not None and not mma:
+        raise ValueError(
+            f"{spec.name()}: a fused RMSNorm needs CUDA's tensor-core schedule (sm_80+, bf16/f16 activations); "
+            "elsewhere normalise x first (mx.fast.rms_norm)"
+        )
     ranges = mma_warps(spec, layout) if mma else 0  # K ranges: the sum order
     warps = block_warps(spec, layout, rows_bucket, ranges) if mma else 0
     schedule = choose(

@@ -87,3 +87,27 @@ def test_leading_dimensions_and_strided_inputs_reach_the_kernel_as_rows(cuda_on_
         err = np.abs(np.array(y.astype(mx.float32)) - want).max()
         assert err <= np.abs(want).max() * 2**-7, err
     assert len(cuda_on_cpu) == 2
+
+
+def test_rms_norm_goes_into_the_projection_kernel_on_the_cuda_path(cuda_on_cpu):
+    """fused_linear(norm=(g, eps)) on the CUDA path: one launch of a kernel with the norm (no
+    rms_norm op before it), within one bf16 step of the largest output of
+    fused_linear(mx.fast.rms_norm(x, g, eps)) (the kernel rounds x * g once, stock rounds
+    x / rms and then its product with g); its planned repeats and a Projection give the same bits."""
+    k, n = 512, 64
+    gate, up = (
+        mx.quantize(mx.random.normal((n, k), key=mx.random.key(i)).astype(mx.bfloat16) * 0.05, group_size=64, bits=4)
+        for i in (1, 2)
+    )
+    weights = [mt.QuantizedWeight(*gate, 64, 4), mt.QuantizedWeight(*up, 64, 4)]
+    g = (mx.random.normal((k,), key=mx.random.key(3)) * 0.2 + 1).astype(mx.bfloat16)
+    x = mx.random.normal((3, k), key=mx.random.key(4)).astype(mx.bfloat16) * 3
+    fused = mt.fused_linear(x, weights, epilogue="swiglu", norm=(g, 1e-5))
+    assert len(cuda_on_cpu) == 1 and "_rms" in cuda_on_cpu[-1]
+    want = mt.fused_linear(mx.fast.rms_norm(x, g, 1e-5), weights, epilogue="swiglu")
+    scale = float(mx.abs(want).max())
+    assert float(mx.abs(fused.astype(mx.float32) - want.astype(mx.float32)).max()) <= 2**-7 * scale
+    again = mt.fused_linear(x, weights, epilogue="swiglu", norm=(g, 1e-5))  # a planned call
+    bound = mt.Projection(weights, epilogue="swiglu", norm=(g, 1e-5))
+    assert np.array_equal(bits(again), bits(fused)) and np.array_equal(bits(bound(x)), bits(fused))
+    assert np.array_equal(bits(bound(x)), bits(fused))  # the Projection's own plan

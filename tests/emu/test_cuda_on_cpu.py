@@ -637,3 +637,76 @@ def test_rings_swizzled_by_load_width_give_the_bits_of_padded_ones(monkeypatch, 
         padded = case.run(bucket, rows, layout)
         assert all(np.array_equal(a, b) for a, b in zip(swizzled, padded)), (spec.name(), bucket)
         monkeypatch.delenv("MLX_METILE_CUDA_MMA_SWIZZLE")
+
+
+NORM_CASES = [  # (weight, K, N, k_multiple): RMSNorm fused into the tensor-core kernels
+    (WeightFormat("bf16", 4, 64), 512, 48, 256),  # staged ring
+    (WeightFormat("bf16", 8, 64), 512, 40, 256),
+    (WeightFormat("bf16"), 512, 48, 256),  # dense, 8 warps
+    (WeightFormat("bf16", 4, 64), 17 * 64, 32, 64),  # odd group count: direct loads
+]
+
+
+@pytest.mark.parametrize("weight,K,N,k_multiple", NORM_CASES, ids=["q4", "q8", "dense", "q4direct"])
+def test_fused_rms_norm_matches_float64_and_keeps_rows_invariant(weight, K, N, k_multiple):
+    """spec.norm_eps: y = (bf16(x * g) @ W.T) / sqrt(mean(x^2) + eps), against float64 of that
+    formula (x * g rounded to bf16 once, as the kernel's B operand) within one output rounding, f32
+    accumulation and 1e-4 for the f32 sum of squares and rsqrt; row 0 alone equals row 0 among 20,
+    bit for bit, and one tile equals two."""
+    eps = 1e-5
+    spec = ProjectionSpec("bf16", (weight,), k_multiple=k_multiple, norm_eps=eps)
+    case = Case(spec, K, N, rows=20)
+    g = rand((K,), mx.bfloat16, 31, 0.5) + 1.0
+    case.buffers["norm"] = bits(g.astype(mx.bfloat16))
+    x = mx.array(case.x.astype(np.float32)).astype(mx.bfloat16)
+    xg = np.array((x * g.astype(mx.bfloat16)).astype(mx.float32), np.float64)
+    inv = 1.0 / np.sqrt((case.x**2).mean(axis=1) + eps)
+    exact = (xg @ case.w[0].T) * inv[:, None]
+    mag = (np.abs(xg) @ np.abs(case.w[0]).T) * inv[:, None]
+    alone = case.run(1, 1)
+    for bucket, rows, layout in ((8, 5, 1), (32, 20, 1), (32, 20, 0)):
+        got = case.run(bucket, rows, layout=layout)[0]
+        e = exact[:rows]
+        tol = ULP["bf16"] * np.abs(e) + (K + 2) * 2.0**-24 * mag[:rows] + 1e-4 * np.abs(e)
+        err = np.abs(_values(got, "bf16") - e)
+        assert (err <= tol).all(), f"rows={rows} layout={layout}: worst error {err.max():.3g}"
+        assert np.array_equal(got[:1], alone[0]), f"row 0 differs between 1 and {rows} rows"
+
+
+def test_fused_rms_norm_is_refused_where_its_kernel_is_not_the_k_split_one():
+    """f16 activations (not written yet) and targets without the tensor-core schedule refuse the
+    spec by name, rather than computing x without its norm."""
+    spec = ProjectionSpec("f16", (WeightFormat("f16", 4, 64),), k_multiple=256, norm_eps=1e-5)
+    with pytest.raises(LowerError, match="RMSNorm"):
+        compile_projection(spec, 8, "cuda", 1)
+    with pytest.raises(ValueError, match="RMSNorm"):
+        compile_projection(ProjectionSpec("bf16", spec.weights, k_multiple=256, norm_eps=1e-5), 8, "msl")
+
+
+@pytest.mark.parametrize("epilogue,count", [("swiglu", 2), (None, 3)], ids=["gate_up", "qkv"])
+def test_fused_rms_norm_before_swiglu_and_concatenated_weights(epilogue, count):
+    """The norm's two consumers in a transformer block: the SwiGLU gate/up (two accumulators) and
+    q/k/v (three weights' columns in one accumulator), against float64 of the formula above."""
+    eps = 1e-6
+    q4 = WeightFormat("bf16", 4, 64)
+    spec = ProjectionSpec("bf16", (q4,) * count, epilogue, k_multiple=256, norm_eps=eps)
+    K, rows = 512, 9
+    case = Case(spec, K, 32 if epilogue else (32, 16, 16), rows=rows)
+    g = rand((K,), mx.bfloat16, 32, 0.5) + 1.0
+    case.buffers["norm"] = bits(g.astype(mx.bfloat16))
+    x = mx.array(case.x.astype(np.float32)).astype(mx.bfloat16)
+    xg = np.array((x * g.astype(mx.bfloat16)).astype(mx.float32), np.float64)
+    inv = (1.0 / np.sqrt((case.x**2).mean(axis=1) + eps))[:, None]
+    z = [(xg @ w.T) * inv for w in case.w]
+    mags = [(np.abs(xg) @ np.abs(w).T) * inv for w in case.w]
+    got = case.run(16, rows)
+    alone = case.run(1, 1)
+    if epilogue == "swiglu":
+        exact, tol = [z[0] / (1 + np.exp(-z[0])) * z[1]], [1e-2 * np.abs(z[0] * z[1]).max()]
+    else:
+        exact = z
+        tol = [(K + 2) * 2.0**-24 * m + 1e-4 * np.abs(e) for e, m in zip(z, mags)]
+    for y, y1, e, t in zip(got, alone, exact, tol):
+        err = np.abs(_values(y, "bf16") - e)
+        assert (err <= ULP["bf16"] * np.abs(e) + t).all(), f"worst error {err.max():.3g}"
+        assert np.array_equal(y[:1], y1)

@@ -169,6 +169,7 @@ struct __half {
 };
 
 inline float __uint_as_float(unsigned u) { return metile_emu::bits_to_float(u); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }  // (the GPU's is within 2 ulp of this)
 inline float __bfloat162float(__nv_bfloat16 h) { return metile_emu::bf16_to_float(h.bits); }
 inline __nv_bfloat16 __float2bfloat16(float f) {  // round to nearest even
   const unsigned u = metile_emu::float_to_bits(f);
