@@ -273,6 +273,55 @@ def _quantized_fusions(arr, check, results, quick: bool) -> None:
                     _invariance(results, f"{name} int{bits} g{group} {dtype}", _rows_differing(y, alone), rows)
 
 
+def _rms_norm_fusions(arr, check, results) -> None:
+    """RMSNorm fused into the projection (fused_linear(norm=)): a single 4-bit, 8-bit and dense
+    product, the 4-bit SwiGLU gate/up and q/k/v, at 1-32 rows, against float64 of the kernel's
+    formula - (bf16(x * g) @ W.T) / sqrt(mean(x^2) + eps), x * g rounded once as the kernel does
+    (MLX's bf16 product) - with 1e-4 more for the f32 sums of squares and rsqrtf, and row by row
+    against rows alone."""
+    K, N, eps = 1024, 200, 1e-5
+    x = arr((32, K), mx.bfloat16) * 3
+    g = (arr((K,), mx.float32, 0.3) + 1).astype(mx.bfloat16)
+    xg = f64(x * g)
+    inv = 1.0 / np.sqrt((f64(x) ** 2).mean(axis=1, keepdims=True) + eps)
+    quants = {bits: [mx.quantize(arr((N, K), mx.bfloat16, 0.05), group_size=64, bits=bits) for _ in range(3)]
+              for bits in (4, 8)}  # fmt: skip
+    deq = {bits: [dequantize_exact(*q, 64, bits) for q in qs] for bits, qs in quants.items()}
+    wq = {bits: [mt.QuantizedWeight(*q, 64, bits) for q in qs] for bits, qs in quants.items()}
+    dense = arr((N, K), mx.bfloat16, 0.05)
+    cases = {  # name: (call, [(output index, float64 reference of rows before 1/rms, weight64)])
+        "int4": (lambda xr: [mt.fused_linear(xr, wq[4][:1], norm=(g, eps))], [(deq[4][0],)]),
+        "int8": (lambda xr: [mt.fused_linear(xr, wq[8][:1], norm=(g, eps))], [(deq[8][0],)]),
+        "bf16": (lambda xr: [mt.fused_linear(xr, [dense], norm=(g, eps))], [(f64(dense),)]),
+        "qkv int4": (lambda xr: mt.fused_linear(xr, wq[4], norm=(g, eps)), [(d,) for d in deq[4]]),
+    }
+    for name, (fn, refs) in cases.items():
+        alone = [[np.array(o.astype(mx.float32)) for o in fn(x[r : r + 1])] for r in range(32)]
+        for rows in (1, 5, 8, 17, 32):
+            outs = fn(x[:rows])
+            xs = xg[:rows] * inv[:rows]
+            for i, (y, (w64,)) in enumerate(zip(outs, refs)):
+                exact = xs @ w64.T
+                check(f"rms_norm {name}[{i}] rows={rows}", y, exact, xs, w64, mx.bfloat16, slack=1e-4 * np.abs(exact))
+                _invariance(results, f"rms_norm {name}[{i}]", _rows_differing(y, [a[i] for a in alone]), rows)
+    gate_up = lambda xr: mt.fused_linear(xr, wq[4][:2], epilogue="swiglu", norm=(g, eps))  # noqa: E731
+    alone = [np.array(gate_up(x[r : r + 1]).astype(mx.float32)) for r in range(32)]
+    for rows in (1, 5, 8, 17, 32):
+        xs = xg[:rows] * inv[:rows]
+        exact, slack = _swiglu_reference(xs, deq[4][0], deq[4][1])
+        y = gate_up(x[:rows])
+        check(
+            f"rms_norm swiglu int4 rows={rows}",
+            y,
+            exact,
+            xs,
+            deq[4][0],
+            mx.bfloat16,
+            slack=slack + 1e-4 * np.abs(exact),
+        )
+        _invariance(results, "rms_norm swiglu int4", _rows_differing(y, alone), rows)
+
+
 def _swiglu_reference(xr, dg, du):
     """silu(x dg^T) * (x du^T) in float64, and its slack: the f32 accumulation error of gate
     and up, carried through silu(g) * u."""
@@ -418,6 +467,7 @@ def _correctness(quick: bool) -> dict:
     _one_tile_dense(arr, check, results)
     _narrow_deep_outputs(arr, check, results)
     _quantized_fusions(arr, check, results, quick)
+    _rms_norm_fusions(arr, check, results)
     _wide_swiglu(arr, check, results)
     # fused variants, bf16
     dtype = mx.bfloat16

@@ -24,8 +24,9 @@ from functools import lru_cache
 
 import mlx.core as mx
 
+from .compiler.lower_mma import mma_supported
 from .compiler.lower_mma_staged import DEEP, bucket_layout, column_layout
-from .compiler.schedule import row_bucket
+from .compiler.schedule import MAX_ROWS_PER_PROGRAM, row_bucket
 from .envvars import getenv, raw_settings
 from .gradients import differentiable
 from .reference import fused_reference
@@ -312,10 +313,11 @@ def _project(
         layout = column_layout(cols, K, quantized_single)
         if len(weights) == 1 and epilogue != "swiglu":
             layout = bucket_layout(layout, K, row_bucket(rows), formats[0])
-    if norm is not None and not _norm_fusable(backend, act, layout):  # the norm first, then the projection
+    norm_eps = None if norm is None else float(norm[1])
+    spec = ProjectionSpec(act, formats, epilogue, residual is not None, k_multiple=k_multiple, norm_eps=norm_eps)
+    if norm is not None and not _norm_fusable(backend, spec, rows, layout, norm):  # the norm, then the product
         xn = mx.fast.rms_norm(x_in, norm[0], norm[1], stream=s)
         return _project(op, xn, weights, biases, epilogue, residual_in, stream)
-    norm_eps = None if norm is None else float(norm[1])
     _, artifact = _compiled(
         act, formats, epilogue, residual is not None, k_multiple, row_bucket(rows), target, layout, norm_eps
     )
@@ -510,11 +512,8 @@ def weight_inputs(weights: Sequence[Weight], biases: Sequence[mx.array | None]) 
 
 
 def norm_inputs(norm: Norm | None) -> list[mx.array]:
-    """The kernel input of a fused RMSNorm (its weight, as bf16: the kernel's activations), or none."""
-    if norm is None:
-        return []
-    g = norm[0]
-    return [g if g.dtype == mx.bfloat16 else g.astype(mx.bfloat16)]
+    """The kernel input of a fused RMSNorm (its bf16 weight: _norm_fusable), or none."""
+    return [] if norm is None else [norm[0]]
 
 
 def _check_norm(norm, K: int) -> None:
@@ -529,14 +528,18 @@ def _check_norm(norm, K: int) -> None:
         raise ValueError(f"norm[1]: expected a positive finite eps, got {eps!r}")
 
 
-def _norm_fusable(backend: str, act: str, layout: int) -> bool:
-    """Whether an RMSNorm goes into the projection's kernel: CUDA's tensor-core schedule with bf16
-    activations (lower_mma.MMALowering.norm), not the DEEP layout (whose warps take two K ranges
-    at 16-32 rows) and not under MLX_METILE_CUDA_GRADIENTS (whose vjp composes stock ops)."""
+def _norm_fusable(backend: str, spec: ProjectionSpec, rows: int, layout: int, norm: Norm) -> bool:
+    """Whether an RMSNorm goes into the projection's kernel: CUDA's tensor-core schedule
+    (lower_mma.MMALowering.norm: up to 32 rows, bf16 activations) with a bf16 norm weight
+    (another would promote stock's normalised x), not the DEEP layout (whose warps take two K
+    ranges at 16-32 rows) and not under MLX_METILE_CUDA_GRADIENTS (whose vjp composes stock ops)."""
     return (
         backend == "cuda"
-        and act == "bf16"
+        and spec.act_dtype == "bf16"
+        and norm[0].dtype == mx.bfloat16
+        and rows <= MAX_ROWS_PER_PROGRAM
         and tensor_cores()
+        and mma_supported(spec)
         and layout != DEEP
         and getenv("MLX_METILE_CUDA_GRADIENTS", "0") != "1"
     )

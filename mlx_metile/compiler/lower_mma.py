@@ -397,6 +397,13 @@ class MMALowering(_Lowering):
                 out.append(x)
         return out
 
+    def sq_bytes(self) -> int:
+        """Shared memory of the warps' sums of squares of their rows (a fused RMSNorm)."""
+        return self.s.SG * self.s.BM * 4 if self.norm else 0
+
+    def sq_declaration(self) -> str:
+        return f"__shared__ float metile_sq[{self.s.SG}][{self.s.BM}];"
+
     def norm_lines(self) -> tuple[list[str], list[str]]:
         """A fused RMSNorm's lines after the K loop (each warp's sums of squares of its rows into
         shared memory) and in the finishing warp (1 / rms per row of the lane's sums, the warps'
@@ -404,7 +411,7 @@ class MMALowering(_Lowering):
         if not self.norm:
             return [], []
         s, rt = self.s, self.rt
-        after = [f"__shared__ float metile_sq[{s.SG}][{s.BM}];"]
+        after = [self.sq_declaration()]
         after += [f"if (t == (g >> 1)) metile_sq[warp][{8 * r} + g] = sq{r}[g & 1];" for r in range(rt)]
         finish = []
         for r in range(rt):
@@ -648,7 +655,7 @@ class MMALowering(_Lowering):
         """The prologue into `body`; (accumulators, the MMA helper's name, the first lines of the
         kernel: the warp, the lane's g and t, and the K split)."""
         spec = self.spec
-        nacc = len(self.prologue(body, root))
+        nacc = self.nacc = len(self.prologue(body, root))
         if nacc != (2 if spec.epilogue == "swiglu" else 1):
             raise LowerError(f"{self.p.name}: unexpected accumulators for the mma schedule")
         self.use_helper("cuda_mma")

@@ -721,7 +721,8 @@ class StagedMMALowering(MMALowering):
         sums to `early` after the first range's last stage."""
         self.use_helper("cuda_cp_async")
         s, stages, groups = self.s, self.stages, self.groups
-        ring_bytes = max(s.SG * stages * self.slot, self.red_bytes(nacc))
+        # after the loop the ring holds the K ranges' partial sums, then a fused RMSNorm's sums of squares
+        ring_bytes = max(s.SG * stages * self.slot, self.red_bytes(nacc) + self.sq_bytes())
         # two K ranges per warp: the first range's partial sums wait after the ring
         early_at = ring_bytes
         ring_bytes = self.ring_bytes = ring_bytes + (self.red_bytes(nacc) // 2 if self.per_warp > 1 else 0)
@@ -801,6 +802,11 @@ class StagedMMALowering(MMALowering):
 
     def red_bytes(self, nacc: int) -> int:
         return self.splits * nacc * self.tiles * self.rt * 4 * 32 * 4
+
+    def sq_declaration(self) -> str:
+        """The sums of squares in the ring, after the partial sums (k_loop sized it for both)."""
+        at, bm = self.red_bytes(self.nacc), self.s.BM
+        return f"float (*const metile_sq)[{bm}] = reinterpret_cast<float (*)[{bm}]>(metile_ring + {at});"
 
     def partial_dims(self, nacc: int) -> str:
         return f"[{nacc}][{self.tiles}][{self.rt}][4][32]"
