@@ -314,10 +314,11 @@ def _project(
         if len(weights) == 1 and epilogue != "swiglu":
             layout = bucket_layout(layout, K, row_bucket(rows), formats[0])
     norm_eps = None if norm is None else float(norm[1])
-    spec = ProjectionSpec(act, formats, epilogue, residual is not None, k_multiple=k_multiple, norm_eps=norm_eps)
-    if norm is not None and not _norm_fusable(backend, spec, rows, layout, norm):  # the norm, then the product
-        xn = mx.fast.rms_norm(x_in, norm[0], norm[1], stream=s)
-        return _project(op, xn, weights, biases, epilogue, residual_in, stream)
+    if norm is not None:
+        spec = ProjectionSpec(act, formats, epilogue, residual is not None, k_multiple=k_multiple, norm_eps=norm_eps)
+        if not _norm_fusable(backend, spec, rows, layout, norm):  # the norm, then the product
+            xn = mx.fast.rms_norm(x_in, norm[0], norm[1], stream=s)
+            return _project(op, xn, weights, biases, epilogue, residual_in, stream)
     _, artifact = _compiled(
         act, formats, epilogue, residual is not None, k_multiple, row_bucket(rows), target, layout, norm_eps
     )
