@@ -204,3 +204,42 @@ def test_plans_launch_from_cpp_with_the_python_launch_arguments(fake_cuda, monke
     assert launch.out_dtype == mx.float16 and kw["output_dtypes"] == [mx.float16]
     assert launch.x_cast is None and launch.residual_cast == mx.float16  # the residual cast to the output dtype
     assert kw["inputs"][-1].dtype == mx.float16
+
+
+def test_rms_norm_is_the_kernels_second_input_where_it_fuses(fake_cuda):
+    """fused_linear(norm=(g, eps)) on CUDA: one launch, its kernel named for the norm, x then g
+    then the weights' arrays as inputs; with a float32 norm weight (stock would promote x), over
+    more than 32 rows, or f16 activations the norm is mx.fast.rms_norm before a plain kernel."""
+    x = rand((2, 256), mx.bfloat16, 1)
+    w = rand((64, 256), mx.bfloat16, 2, 0.1)
+    q = mt.QuantizedWeight(*mx.quantize(w, group_size=64, bits=4), 64, 4)
+    g = rand((256,), mx.bfloat16, 3)
+    mx.eval(mt.fused_linear(x, [q], norm=(g, 1e-6)))
+    kw = fake_cuda[-1]
+    assert "_rms" in kw["name"] and len(fake_cuda) == 1
+    assert kw["inputs"][1] is g and kw["inputs"][2] is q.w
+    for call in (
+        lambda: mt.fused_linear(x, [q], norm=(g.astype(mx.float32), 1e-6)),
+        lambda: mt.fused_linear(x.astype(mx.float16), [w.astype(mx.float16)], norm=(g.astype(mx.float16), 1e-6)),
+    ):
+        mx.eval(call())
+        assert "_rms" not in fake_cuda[-1]["name"]
+    launches = len(fake_cuda)
+    mx.eval(mt.fused_linear(rand((40, 256), mx.bfloat16, 4), [q], norm=(g, 1e-6)))  # stock MLX past 32 rows
+    assert len(fake_cuda) == launches
+
+
+def test_rms_norm_arguments_are_checked_by_name():
+    x = rand((2, 64), mx.float32, 1)
+    w = rand((16, 64), mx.float32, 2)
+    g = rand((64,), mx.float32, 3)
+    with pytest.raises(ValueError, match=r"norm\[0\]: expected the RMSNorm weight of shape \(64,\)"):
+        mt.fused_linear(x, [w], norm=(g[:8], 1e-5))
+    with pytest.raises(ValueError, match=r"norm\[1\]: expected a positive finite eps"):
+        mt.fused_linear(x, [w], norm=(g, 0.0))
+    with pytest.raises(TypeError, match="norm: expected"):
+        mt.fused_linear(x, [w], norm=g)
+    # off CUDA the norm is mx.fast.rms_norm, then the projection: the same bits
+    got = mt.fused_linear(x, [w], norm=(g, 1e-5))
+    want = mt.fused_linear(mx.fast.rms_norm(x, g, 1e-5), [w])
+    assert np.array_equal(np.array(got), np.array(want))
