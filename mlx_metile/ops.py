@@ -295,23 +295,15 @@ def _project(
         backend = "mlx"
     if backend == "cuda" and rows > cuda_max_rows():
         backend = "mlx"  # SIMT kernels lose to MLX's tensor-core GEMMs there (bench/results/h200-*)
-    if backend == "mlx" and norm is not None:  # the norm first, then the stock product
-        xn = mx.fast.rms_norm(x_in, norm[0], norm[1], stream=s)
-        return _project(op, xn, weights, biases, epilogue, residual_in, stream)
-    if backend == "mlx":
-        outs = fused_reference(x2, weights, biases, epilogue, res2)
-        _record(op, rows, K, Ns, formats, epilogue, residual is not None, backend, None)
-        return [o.reshape(*lead, o.shape[-1]) for o in outs]
-
     target = "cuda" if backend == "cuda" else "msl"
     # CUDA: up to 256, so the mma schedule knows when K holds whole multiples of 4 groups (aligned K split)
     k_multiple = math.gcd(K, 256 if target == "cuda" else 64)
     cols = Ns[0] if epilogue == "swiglu" else sum(Ns)
-    quantized_single = len(weights) == 1 and epilogue != "swiglu" and isinstance(weights[0], QuantizedWeight)
+    one_weight = len(weights) == 1 and epilogue != "swiglu"
     layout = 0
     if target == "cuda":
-        layout = column_layout(cols, K, quantized_single)
-        if len(weights) == 1 and epilogue != "swiglu":
+        layout = column_layout(cols, K, one_weight and isinstance(weights[0], QuantizedWeight))
+        if one_weight:
             layout = bucket_layout(layout, K, row_bucket(rows), formats[0])
     norm_eps = None if norm is None else float(norm[1])
     if norm is not None:
@@ -319,6 +311,11 @@ def _project(
         if not _norm_fusable(backend, spec, rows, layout, norm):  # the norm, then the product
             xn = mx.fast.rms_norm(x_in, norm[0], norm[1], stream=s)
             return _project(op, xn, weights, biases, epilogue, residual_in, stream)
+    if backend == "mlx":
+        outs = fused_reference(x2, weights, biases, epilogue, res2)
+        _record(op, rows, K, Ns, formats, epilogue, residual is not None, backend, None)
+        return [o.reshape(*lead, o.shape[-1]) for o in outs]
+
     _, artifact = _compiled(
         act, formats, epilogue, residual is not None, k_multiple, row_bucket(rows), target, layout, norm_eps
     )

@@ -639,6 +639,16 @@ def test_rings_swizzled_by_load_width_give_the_bits_of_padded_ones(monkeypatch, 
         monkeypatch.delenv("MLX_METILE_CUDA_MMA_SWIZZLE")
 
 
+def _with_norm(case: Case, seed: int, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """A random RMSNorm weight g among `case`'s buffers; float64 of bf16(x * g) (rounded once, as
+    the kernel's B operand: MLX's bf16 product) and of each row's 1 / sqrt(mean(x^2) + eps), [rows, 1]."""
+    g = (rand((case.K,), mx.bfloat16, seed, 0.5) + 1.0).astype(mx.bfloat16)
+    case.buffers["norm"] = bits(g)
+    x = mx.array(case.x.astype(np.float32)).astype(mx.bfloat16)
+    xg = np.array((x * g).astype(mx.float32), np.float64)
+    return xg, 1.0 / np.sqrt((case.x**2).mean(axis=1, keepdims=True) + eps)
+
+
 NORM_CASES = [  # (weight, K, N, k_multiple): RMSNorm fused into the tensor-core kernels
     (WeightFormat("bf16", 4, 64), 512, 48, 256),  # staged ring
     (WeightFormat("bf16", 8, 64), 512, 40, 256),
@@ -656,13 +666,9 @@ def test_fused_rms_norm_matches_float64_and_keeps_rows_invariant(weight, K, N, k
     eps = 1e-5
     spec = ProjectionSpec("bf16", (weight,), k_multiple=k_multiple, norm_eps=eps)
     case = Case(spec, K, N, rows=20)
-    g = rand((K,), mx.bfloat16, 31, 0.5) + 1.0
-    case.buffers["norm"] = bits(g.astype(mx.bfloat16))
-    x = mx.array(case.x.astype(np.float32)).astype(mx.bfloat16)
-    xg = np.array((x * g.astype(mx.bfloat16)).astype(mx.float32), np.float64)
-    inv = 1.0 / np.sqrt((case.x**2).mean(axis=1) + eps)
-    exact = (xg @ case.w[0].T) * inv[:, None]
-    mag = (np.abs(xg) @ np.abs(case.w[0]).T) * inv[:, None]
+    xg, inv = _with_norm(case, 31, eps)
+    exact = (xg @ case.w[0].T) * inv
+    mag = (np.abs(xg) @ np.abs(case.w[0]).T) * inv
     alone = case.run(1, 1)
     for bucket, rows, layout in ((8, 5, 1), (32, 20, 1), (32, 20, 0)):
         got = case.run(bucket, rows, layout=layout)[0]
@@ -692,11 +698,7 @@ def test_fused_rms_norm_before_swiglu_and_concatenated_weights(epilogue, count):
     spec = ProjectionSpec("bf16", (q4,) * count, epilogue, k_multiple=256, norm_eps=eps)
     K, rows = 512, 9
     case = Case(spec, K, 32 if epilogue else (32, 16, 16), rows=rows)
-    g = rand((K,), mx.bfloat16, 32, 0.5) + 1.0
-    case.buffers["norm"] = bits(g.astype(mx.bfloat16))
-    x = mx.array(case.x.astype(np.float32)).astype(mx.bfloat16)
-    xg = np.array((x * g.astype(mx.bfloat16)).astype(mx.float32), np.float64)
-    inv = (1.0 / np.sqrt((case.x**2).mean(axis=1) + eps))[:, None]
+    xg, inv = _with_norm(case, 32, eps)
     z = [(xg @ w.T) * inv for w in case.w]
     mags = [(np.abs(xg) @ np.abs(w).T) * inv for w in case.w]
     got = case.run(16, rows)
