@@ -9,7 +9,9 @@ one forward of VERIFY draft tokens on the prefilled cache (speculative decoding'
 
 BENCH_HIDDEN, BENCH_LAYERS, BENCH_INTERMEDIATE and BENCH_HEAD_DIM size the model (Llama-3.1-8B's
 blocks: 4096, 32, 14336, 128); BENCH_DECODE the tokens decoded per round; BENCH_FORMATS which of
-bf16,int4,int8 (default bf16,int4); BENCH_MAX_ROWS patch's max_rows (default: patch's own).
+bf16,int4,int8 (default bf16,int4); BENCH_MAX_ROWS patch's max_rows (default: patch's own);
+BENCH_IMPLS which of stock, mlx_metile, mlx_metile_norms_apart (patch(fuse_norms=False): the
+RMSNorms as separate ops, to time their fusion) - default stock,mlx_metile.
 Dense projections are replaced on every backend (patch's dense=True; on CUDA its default leaves
 them to stock MLX).
 """
@@ -37,22 +39,27 @@ DECODE = int(os.environ.get("BENCH_DECODE", "8"))
 VERIFY = 4
 FORMATS = os.environ.get("BENCH_FORMATS", "bf16,int4").split(",")  # of bf16, int4, int8 (group 64)
 MAX_ROWS = int(os.environ["BENCH_MAX_ROWS"]) if os.environ.get("BENCH_MAX_ROWS") else None  # patch's default
+IMPLS = os.environ.get("BENCH_IMPLS", "stock,mlx_metile").split(",")
+PATCH_OPTIONS = {"mlx_metile": {}, "mlx_metile_norms_apart": {"fuse_norms": False}}
+if not set(IMPLS) <= {"stock", *PATCH_OPTIONS}:
+    raise ValueError(f"BENCH_IMPLS: expected some of stock,{','.join(PATCH_OPTIONS)}, got {IMPLS}")
 
 
-def _model(fmt: str, patched: bool) -> nn.Module:
+def _model(fmt: str, impl: str) -> nn.Module:
     model = random_llama(fmt, LAYERS, HIDDEN, INTERMEDIATE, HEAD_DIM)
-    if patched:
-        report = mt.patch(model, max_rows=MAX_ROWS, dense=True)  # (bf16 too: what its kernels give)
+    if impl != "stock":  # (bf16 too: what its kernels give)
+        report = mt.patch(model, max_rows=MAX_ROWS, dense=True, **PATCH_OPTIONS[impl])
         assert report, str(report)
     return model
 
 
-@pytest.mark.parametrize("patched", [False, True], ids=["stock", "mlx_metile"])
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize("phase", ["prefill", "decode", "decode_async", "verify"])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_generation(benchmark, fmt, phase, batch, patched):
-    model = _model(fmt, patched)
+def test_generation(benchmark, fmt, phase, batch, impl):
+    patched = impl != "stock"
+    model = _model(fmt, impl)
     prompt = mx.random.randint(0, 8192, (batch, PROMPT))
 
     def prefill():
@@ -84,9 +91,7 @@ def test_generation(benchmark, fmt, phase, batch, patched):
 
     tokens = batch * {"prefill": PROMPT, "verify": VERIFY}.get(phase, DECODE)
     benchmark.group = f"{fmt} {phase} batch={batch}"
-    benchmark.extra_info.update(
-        {"format": fmt, "phase": phase, "batch": batch, "tokens": tokens, "impl": "mlx_metile" if patched else "stock"}
-    )
+    benchmark.extra_info.update({"format": fmt, "phase": phase, "batch": batch, "tokens": tokens, "impl": impl})
     if patched:
         benchmark.extra_info["max_rows"] = MAX_ROWS
         benchmark.extra_info["cuda_launch"] = "native" if ops._native_launch() else "python"  # (on the CUDA path)

@@ -44,15 +44,17 @@ def generate(t0: float) -> None:
         model = random_llama(fmt, layers=1)
         max_rows = 4 if fmt == "bf16" else 32  # patch's CUDA defaults
         mt.patch(model, max_rows=max_rows, dense=True).restore()  # verification's kernels (its parts then declined)
-        report = mt.patch(model, max_rows=max_rows, dense=True, verify=False)
-        assert report, str(report)
-        for batch in (1, 8):
-            prompt = mx.random.randint(0, 8192, (batch, PROMPT))
-            cache = make_prompt_cache(model)
-            if batch * PROMPT <= max_rows:  # (a longer prefill runs stock MLX: no kernel, slow here)
-                mx.eval(model(prompt, cache=cache))
-            mx.eval(model(prompt[:, -1:], cache=cache))  # decode
-            mx.eval(model(prompt[:, -VERIFY:], cache=cache))  # verify
+        for fuse_norms in (True, False):  # (False: BENCH_IMPLS' mlx_metile_norms_apart)
+            report = mt.patch(model, max_rows=max_rows, dense=True, verify=False, fuse_norms=fuse_norms)
+            assert report, str(report)
+            for batch in (1, 8):
+                prompt = mx.random.randint(0, 8192, (batch, PROMPT))
+                cache = make_prompt_cache(model)
+                if batch * PROMPT <= max_rows:  # (a longer prefill runs stock MLX: no kernel, slow here)
+                    mx.eval(model(prompt, cache=cache))
+                mx.eval(model(prompt[:, -1:], cache=cache))  # decode
+                mx.eval(model(prompt[:, -VERIFY:], cache=cache))  # verify
+            report.restore()
         print(f"{fmt}: {time.perf_counter() - t0:.0f} s", flush=True)
     q = mx.quantize(mx.zeros((4096, 4096), mx.bfloat16), group_size=64, bits=4)  # encode_cost.py's chain
     mx.eval(mt.Projection([mt.QuantizedWeight(*q, 64, 4)])(mx.zeros((1, 4096), mx.bfloat16)))

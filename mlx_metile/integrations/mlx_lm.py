@@ -139,7 +139,9 @@ def _wanted(members: list, dense: bool) -> bool:
     return dense or all(isinstance(m, nn.QuantizedLinear) for m in members)
 
 
-def _discover(model: nn.Module, max_rows: int, declined: list, dense: bool = True) -> list[Part]:
+def _discover(
+    model: nn.Module, max_rows: int, declined: list, dense: bool = True, fuse_norms: bool = True
+) -> list[Part]:
     parts: list[Part] = []
     covered: set[int] = set()  # ids of projections taken by a fusion
     mlp_parts: dict[int, Part] = {}
@@ -177,7 +179,7 @@ def _discover(model: nn.Module, max_rows: int, declined: list, dense: bool = Tru
         if all(n in mod for n in ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")):
             mlp = mod["mlp"]
             if id(mlp) in mlp_parts:
-                parts.append(_block_part(mod, path, mlp_parts[id(mlp)]))
+                parts.append(_block_part(mod, path, mlp_parts[id(mlp)], fuse_norms))
         if isinstance(mod, nn.Module) and isinstance(mod, (nn.Linear, nn.QuantizedLinear)) and id(mod) not in covered:
             if not _wanted([mod], dense):
                 declined.append((path, "projection", DENSE_DECLINED))
@@ -233,10 +235,11 @@ def _qkv_part(attn: nn.Module, path: str, members: list, max_rows: int) -> Part:
     return Part(path, "qkv", apply, undo)
 
 
-def _block_part(block: nn.Module, path: str, mlp_part: Part) -> Part:
+def _block_part(block: nn.Module, path: str, mlp_part: Part, fuse_norms: bool) -> Part:
     original = type(block)
 
     def apply():
+        object.__setattr__(block, "metile_fuse_norms", fuse_norms)
         swap_class(block, "residual", {"__call__": fused_block_call})
 
     def undo():
@@ -355,6 +358,7 @@ def patch(
     tolerance: float = 0.0,
     max_rows: int | None = None,
     dense: bool | None = None,
+    fuse_norms: bool = True,
     seed: int = 0,
 ) -> PatchReport:
     """Swap the model's projections for mlx_metile's fused kernels.
@@ -373,6 +377,9 @@ def patch(
     dense: whether dense (bf16/f16/f32) projections are replaced too (quantized ones always
       are); None picks default_dense() for the default device. Declined ones are listed in
       the report with the reason.
+    fuse_norms: whether a fused block's RMSNorms go into the projections after them (the input
+      norm into q/k/v, the post-attention norm into gate/up; where ops cannot fuse one it runs
+      first, as before); False keeps them as separate ops.
     Returns a PatchReport (falsy when nothing was replaced) with .restore()."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: expected an mlx.nn.Module, got {type(model).__name__}")
@@ -386,9 +393,11 @@ def patch(
         dense = default_dense()
     elif not isinstance(dense, bool):
         raise TypeError(f"dense: expected True, False or None, got {dense!r}")
+    if not isinstance(fuse_norms, bool):
+        raise TypeError(f"fuse_norms: expected True or False, got {fuse_norms!r}")
     report = PatchReport()
     if not verify:
-        parts = _discover(model, max_rows, report.declined, dense)
+        parts = _discover(model, max_rows, report.declined, dense, fuse_norms)
         for p in parts:
             p.on()
         report._parts = parts
@@ -398,7 +407,7 @@ def patch(
     before = synthetic_logits(model, seed)
     scale = float(mx.abs(before).max()) or 1.0
     truth = _float32_logits(model, seed)  # before discovery: it swaps arrays in and out
-    parts = _discover(model, max_rows, report.declined, dense)
+    parts = _discover(model, max_rows, report.declined, dense, fuse_norms)
     if truth is None:
         native_error = 0.0
         truth = before

@@ -117,12 +117,16 @@ class MetileProjection(nn.Module):
 class QKVGroup:
     """q/k/v projections of one attention computed by one fused call: the first
     member called with x computes all three; the others pick their result up
-    when called with the same x."""
+    when called with the same x. Where the block has announced (in `norm_next`) that
+    x is its input RMSNorm's output, the call reads the norm's input instead and the
+    norm runs inside the kernel (the norm's own node is then left unevaluated unless
+    the attention uses x for something else)."""
 
     def __init__(self, originals: list[nn.Module], max_rows: int):
         self.originals = originals
         self.max_rows = max_rows
         self.pending: tuple[mx.array, list, list[int]] | None = None
+        self.norm_next: tuple[mx.array, mx.array, nn.RMSNorm] | None = None  # (norm(x), x, norm)
         self.projection = ProjectionCache()
         self.members: list[nn.Module | None] = [None] * len(originals)  # the QKVMembers: their arrays
 
@@ -138,7 +142,12 @@ class QKVGroup:
             _record_fallback("fused_linear", x, self.originals[index].weight.shape[0])
             carry_back(self.members[index], self.originals[index])  # (parameter updates reached the member)
             return self.originals[index](x)
-        outs = self.projection.get(tuple(self.originals), tuple(self.members))(x)
+        announced = self.norm_next
+        if announced is not None and announced[0] is x:
+            _, raw, norm = announced
+            outs = self.projection.get(tuple(self.originals), tuple(self.members), norm)(raw)
+        else:
+            outs = self.projection.get(tuple(self.originals), tuple(self.members))(x)
         outs = outs if isinstance(outs, list) else [outs]  # (a list of its own: results are taken from it)
         mine = outs[index]
         outs[index] = None
@@ -189,20 +198,36 @@ def fused_block_call(self, x: mx.array, mask=None, cache=None):
     """A pre-norm block whose MLP adds the residual inside its down projection, and whose
     attention's output projection adds the first residual where it is an mlx_metile
     projection (one kernel and one graph node fewer per block; if the attention returns
-    something other than that projection's output, patch's verification declines the block)."""
-    o_proj = self["self_attn"].get("o_proj")
+    something other than that projection's output, patch's verification declines the block).
+    Its RMSNorms go into the projections after them: the post-attention one into gate/up,
+    the input one into a fused q/k/v call (announced to the group with the norm's output,
+    which the attention still receives: whatever else it does with it stays correct)."""
+    attn = self["self_attn"]
+    o_proj = attn.get("o_proj")
     fuse = type(o_proj) is MetileProjection
     if fuse:
         object.__setattr__(o_proj, "residual_next", x)
+    input_norm = self["input_layernorm"]
+    xn = input_norm(x)
+    fuse_norms = self.metile_fuse_norms
+    q_proj = attn.get("q_proj")
+    fusable = fuse_norms and type(q_proj) is QKVMember and type(input_norm) is nn.RMSNorm
+    group = q_proj.group if fusable else None
+    if group is not None:
+        group.norm_next = (xn, x, input_norm)
     try:
-        r = self.self_attn(self.input_layernorm(x), mask, cache)
+        r = attn(xn, mask, cache)
     finally:
+        if group is not None:
+            group.norm_next = None
         taken = fuse and o_proj.residual_next is None  # then r = x + attention
         if fuse and not taken:  # the attention did not call it (or raised): nothing left pending
             object.__setattr__(o_proj, "residual_next", None)
     h = r if taken else x + r
     norm = self["post_attention_layernorm"]
-    if type(norm) is nn.RMSNorm:  # into the gate/up kernel (one op fewer; not subclasses: Gemma's adds 1)
+    if (
+        fuse_norms and type(norm) is nn.RMSNorm
+    ):  # into the gate/up kernel (one op fewer; not subclasses: Gemma's adds 1)
         return self.mlp(h, residual=h, norm=norm)
     return self.mlp(norm(h), residual=h)
 

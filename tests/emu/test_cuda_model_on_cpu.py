@@ -65,6 +65,8 @@ def test_patched_model_on_the_cuda_path_matches_the_unpatched_one(cuda_on_cpu, a
     assert cuda_on_cpu and all(e.startswith("proj_") for e in cuda_on_cpu), cuda_on_cpu
     # the post-attention RMSNorm went into the gate/up kernels (bf16 activations and norm weights)
     assert any("_swiglu" in e and "_rms" in e for e in cuda_on_cpu), cuda_on_cpu
+    # and the input RMSNorm into the fused q/k/v kernels (the only other calls given a norm)
+    assert any("_swiglu" not in e and "_rms" in e for e in cuda_on_cpu), cuda_on_cpu
     got, want = integration.synthetic_logits(model), integration.synthetic_logits(reference)
     scale = float(mx.abs(want).max())
     err = float(mx.abs(got.astype(mx.float32) - want.astype(mx.float32)).max())

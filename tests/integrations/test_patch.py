@@ -291,3 +291,41 @@ def test_a_failed_attention_leaves_no_residual_pending(monkeypatch):
     with pytest.raises(ZeroDivisionError):
         block(mx.zeros((1, 2, block.input_layernorm.weight.shape[0]), mx.bfloat16))
     assert o_proj.residual_next is None
+    assert block.self_attn.q_proj.group.norm_next is None  # nor an announced input norm
+
+
+def test_the_input_norm_goes_into_qkv_and_the_attention_still_gets_its_output(monkeypatch):
+    """A patched block hands its input RMSNorm to the fused q/k/v call (the group's Projection
+    carries the norm and reads the block's input), while the attention itself still receives
+    the normalised x: an attention that also adds x to its output computes what the
+    unpatched model does, within patch's verified tolerance."""
+    from mlx_lm.models import llama
+
+    plain = llama.Attention.__call__
+    monkeypatch.setattr(llama.Attention, "__call__", lambda self, x, *a, **k: plain(self, x, *a, **k) + x)
+    model, reference = make("llama", "q4g64-bf16"), make("llama", "q4g64-bf16")
+    report = mt.patch(model)
+    assert {"qkv", "residual"} <= {kind for _, kind in report.replaced}, str(report)
+    block = model.model.layers[0]
+    group = block.self_attn.q_proj.group
+    got, want = integration.synthetic_logits(model), integration.synthetic_logits(reference)
+    projection = group.projection.projection
+    assert projection.norm is not None and projection.norm[0] is block.input_layernorm.weight
+    assert projection.norm[1] == block.input_layernorm.eps and group.norm_next is None
+    scale = float(mx.abs(want).max())
+    err = float(mx.abs(got - want).max())
+    assert err <= 2 * report.allowed * scale, f"logits differ by {err:.3g} (scale {scale:.3g})"
+
+
+def test_fuse_norms_false_keeps_the_norms_as_separate_ops():
+    """patch(fuse_norms=False): neither the q/k/v nor the gate/up Projection is given a norm (both
+    are with the default), the model still verifies, and the argument is checked by name."""
+    fused, apart = make("llama", "q4g64-bf16"), make("llama", "q4g64-bf16")
+    assert mt.patch(fused) and mt.patch(apart, fuse_norms=False)
+    for model, with_norm in ((fused, True), (apart, False)):
+        integration.synthetic_logits(model)
+        layer = model.model.layers[0]
+        projections = (layer.self_attn.q_proj.group.projection.projection, layer.mlp.gate_up.projection)
+        assert [p.norm is not None for p in projections] == [with_norm, with_norm]
+    with pytest.raises(TypeError, match="fuse_norms: expected True or False"):
+        mt.patch(make("llama", "q4g64"), fuse_norms="yes")
