@@ -4,9 +4,12 @@ work encoding the kernels plus the GPU time it waits for); and the same tokens o
 as mlx-lm's generate runs them (build, `mx.async_eval`'s own time, the wait). A random-weight Llama of
 Llama-3.1-8B's block shapes built with mlx-lm's classes (nothing downloaded), batch 1.
 
-    python bench/decode_host.py [--layers 32] [--format bf16|int4|int8] [--tokens 16] [--out result.json]
+    python bench/decode_host.py [--layers 32] [--format bf16|int4|int8] [--tokens 16] [--rounds 3]
+        [--impls stock,mlx_metile[,mlx_metile_norms_apart]] [--out result.json]
 
-Medians over the tokens of 3 rounds, after one warm-up round."""
+mlx_metile_norms_apart is patch(fuse_norms=False) (the RMSNorms as separate ops). Every model is
+built first and the rounds alternate between them (drift on the machine reaches all alike);
+medians over the tokens of all rounds, after one warm-up round each."""
 
 from __future__ import annotations
 
@@ -29,11 +32,14 @@ import mlx_metile as mt  # noqa: E402
 from bench.random_llama import FORMATS, random_llama  # noqa: E402
 from mlx_metile import ops  # noqa: E402
 
+PATCH_OPTIONS = {"mlx_metile": {}, "mlx_metile_norms_apart": {"fuse_norms": False}}
 
-def model_of(layers: int, fmt: str, patched: bool) -> nn.Module:
+
+def model_of(layers: int, fmt: str, impl: str) -> nn.Module:
     model = random_llama(fmt, layers)
-    if patched:
-        assert mt.patch(model, dense=True)  # (bf16 too, whatever the backend's default)
+    if impl != "stock":
+        report = mt.patch(model, dense=True, **PATCH_OPTIONS[impl])  # (bf16 too, whatever the backend's default)
+        assert report and not report.declined, str(report)
     return model
 
 
@@ -95,33 +101,41 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--format", choices=FORMATS, default="int4")
     ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--impls", default="stock,mlx_metile")
     ap.add_argument("--out")
     args = ap.parse_args()
-    rows = {}
-    for patched in (False, True):
-        model = model_of(args.layers, args.format, patched)
-        per_token(model, 4)  # warm-up: kernels compiled and loaded
-        build, run = [], []
-        for _ in range(3):
-            b, r = per_token(model, args.tokens)
-            build += b
-            run += r
-        name = "mlx_metile" if patched else "stock"
-        rows[name] = {"build_ms": statistics.median(build) * 1e3, "eval_ms": statistics.median(run) * 1e3}
-        rows[name]["token_ms"] = rows[name]["build_ms"] + rows[name]["eval_ms"]
-        print(f"{name:10s} build {rows[name]['build_ms']:.2f} ms  eval {rows[name]['eval_ms']:.2f} ms", flush=True)
-        parts: tuple[list[float], ...] = ([], [], [], [])
-        for _ in range(3):
-            for acc, got in zip(parts, overlapped(model, args.tokens)):
+    impls = args.impls.split(",")
+    if not set(impls) <= {"stock", *PATCH_OPTIONS}:
+        ap.error(f"--impls: expected some of stock,{','.join(PATCH_OPTIONS)}, got {args.impls}")
+    models = {}
+    for name in impls:
+        models[name] = model_of(args.layers, args.format, name)
+        per_token(models[name], 4)  # warm-up: kernels compiled and loaded
+        print(f"{name}: built and warmed up", flush=True)
+    build, run = {n: [] for n in impls}, {n: [] for n in impls}
+    parts: dict[str, tuple[list[float], ...]] = {n: ([], [], [], []) for n in impls}
+    for r in range(args.rounds):
+        for name, model in models.items():
+            b, e = per_token(model, args.tokens)
+            build[name] += b
+            run[name] += e
+            for acc, got in zip(parts[name], overlapped(model, args.tokens)):
                 acc += got
-        ms = [statistics.median(p) * 1e3 for p in parts]
+        print(f"round {r + 1}/{args.rounds} done", flush=True)
+    rows = {}
+    for name in impls:
+        rows[name] = {"build_ms": statistics.median(build[name]) * 1e3, "eval_ms": statistics.median(run[name]) * 1e3}
+        rows[name]["token_ms"] = rows[name]["build_ms"] + rows[name]["eval_ms"]
+        ms = [statistics.median(p) * 1e3 for p in parts[name]]
         rows[name]["overlapped"] = dict(zip(("build_ms", "async_eval_ms", "wait_ms", "token_ms"), ms))
+        rows[name]["overlapped_round_ms"] = [t * 1e3 for t in parts[name][3]]  # (the spread across rounds)
         print(
-            f"{name:10s} overlapped: build {ms[0]:.2f} ms  async_eval {ms[1]:.2f} ms  wait {ms[2]:.2f} ms"
+            f"{name:22s} build {rows[name]['build_ms']:.2f} ms  eval {rows[name]['eval_ms']:.2f} ms | overlapped:"
+            f" build {ms[0]:.2f} ms  async_eval {ms[1]:.2f} ms  wait {ms[2]:.2f} ms"
             f"  -> {ms[3]:.2f} ms per token ({1e3 / ms[3]:.1f} tokens/s)",
             flush=True,
         )
-        del model
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": str(mx.default_device()),
@@ -131,6 +145,7 @@ def main() -> int:
         "layers": args.layers,
         "format": args.format,
         "tokens_per_round": args.tokens,
+        "rounds": args.rounds,
         "mlx_env": {k: v for k, v in os.environ.items() if k.startswith("MLX_")},
         "cuda_launch": "native" if ops._native_launch() else "python",  # (where the CUDA path runs)
         "per_token": rows,
