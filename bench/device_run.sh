@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On the lent GPU machine: device call 2 of ../shared/DEVICE.md's pair, made right after call 1
 # parked .whlA's parts in $HOME/parts; carry [".whlB", ".kcache", ...] (and ".pylibs" where
-# mlx-lm is needed). Once per warm machine it installs MLX's CUDA build into $HOME/site and builds the extension against it (pip wheel, no
-# build isolation) into the source tree; it unpacks the kernel cache that
+# mlx-lm is needed). Once per warm machine it installs MLX's CUDA build into $HOME/site and
+# builds the extension against it (pip wheel, no build isolation) into the source tree; it unpacks the kernel cache that
 # bench/cuda_probe/precompile.py filled on a machine without a GPU (.kcache/kcache.tar.gz, a tar
 # of that cache's cuda/ folder), prints what MLX and mlx_metile see, then runs the command:
 #   bash bench/device_run.sh CMD...        (METILE_REBUILD=1 rebuilds the extension)
