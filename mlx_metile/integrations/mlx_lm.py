@@ -274,18 +274,22 @@ def _vocab(model: nn.Module) -> int:
 
 def synthetic_logits(model: nn.Module, seed: int = 0) -> mx.array:
     """Logits of a prefill, single-token decode steps and a multi-row
-    verification step (as speculative decoding makes), on synthetic tokens."""
+    verification step (as speculative decoding makes), on synthetic tokens. Every token is
+    drawn in advance, none is the argmax of a logit: two models being compared see the same
+    tokens, so a near-tie in one logit cannot send them down different paths (in a 32-layer
+    random-weight Llama one flipped argmax moved later logits by 8-9% of their scale)."""
     from mlx_lm.models.cache import make_prompt_cache
 
     vocab = _vocab(model)
     key = mx.random.key(seed)
+    keys = mx.random.split(key, 3)
     prompt = mx.random.randint(0, vocab, (1, 9), key=key)
-    draft = mx.random.randint(0, vocab, (1, 4), key=mx.random.split(key)[1])
+    draft = mx.random.randint(0, vocab, (1, 4), key=keys[1])
+    steps = mx.random.randint(0, vocab, (1, 3), key=keys[2])
     cache = make_prompt_cache(model)
     outs = [model(prompt, cache=cache)[:, -1:]]
-    for _ in range(3):
-        tok = mx.argmax(outs[-1][:, -1], axis=-1)[:, None]
-        outs.append(model(tok, cache=cache))
+    for i in range(steps.shape[1]):
+        outs.append(model(steps[:, i : i + 1], cache=cache))
     outs.append(model(draft, cache=cache))
     batch = mx.concatenate([prompt[:, :5], mx.flip(prompt[:, :5], axis=1)], axis=0)
     outs.append(model(batch).reshape(1, -1, vocab))
