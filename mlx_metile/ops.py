@@ -308,7 +308,8 @@ def _project(
     norm_eps = None if norm is None else float(norm[1])
     if norm is not None:
         spec = ProjectionSpec(act, formats, epilogue, residual is not None, k_multiple=k_multiple, norm_eps=norm_eps)
-        if not _norm_fusable(backend, spec, rows, layout, norm):  # the norm, then the product
+        if not (_norm_fusable(backend, spec, rows, layout, norm) and _norm_pays(epilogue, rows, cols)):
+            # the norm, then the product
             xn = mx.fast.rms_norm(x_in, norm[0], norm[1], stream=s)
             return _project(op, xn, weights, biases, epilogue, residual_in, stream)
     if backend == "mlx":
@@ -543,6 +544,22 @@ def _norm_fusable(backend: str, spec: ProjectionSpec, rows: int, layout: int, no
     )
 
 
+# Where the fused norm measured faster than mx.fast.rms_norm before the same kernel (H200, 4-bit and
+# 8-bit group 64, mx.compile, bench/norm_fusion.py, docs/CUDA_MEASUREMENTS.md "Eighteenth session"):
+# q/k/v 4096 -> 6144 1.10-1.26x at 1-16 rows, 0.80-0.98x at 32; gate/up with SwiGLU 4096 -> 2 x
+# 14336 0.84-1.01x at 1-16 rows, 0.49-0.76x at 32. Every block redoes x * g and the sum of squares
+# over all of K, so (presumably) the cost grows with the blocks while the saving is one launch: the
+# limit on columns lies somewhere between the two shapes measured, 6144 and 28672.
+NORM_FUSED_MAX_ROWS = 16
+NORM_FUSED_MAX_COLUMNS = 8192
+
+
+def _norm_pays(epilogue: str | None, rows: int, cols: int) -> bool:
+    """Whether a fusable norm goes into the kernel: no SwiGLU, at most NORM_FUSED_MAX_ROWS rows and
+    NORM_FUSED_MAX_COLUMNS output columns in all."""
+    return epilogue is None and rows <= NORM_FUSED_MAX_ROWS and cols <= NORM_FUSED_MAX_COLUMNS
+
+
 def _cuda_plan_of(artifact, x, residual, out_dtype, rows, cols, scalars, lead, out_ns) -> _CudaPlan:
     """The plan of a checked call, from its original x and residual."""
     x_cast = out_dtype if x.dtype != out_dtype else None
@@ -664,8 +681,9 @@ def fused_linear(
     - "gelu" / "gelu_approx" / "silu": applied to each output;
     - residual: added to the single output (down projection + residual);
     - norm=(weight, eps): x goes through an RMSNorm first, `mx.fast.rms_norm(x, weight, eps)`;
-      on CUDA with bf16 activations inside the projection's kernel (x * weight rounded once to
-      bf16, each row's sums scaled by 1 / rms in f32 - one op fewer), elsewhere as that op.
+      on CUDA with bf16 activations, where it measured faster (no SwiGLU, 1-16 rows, at most
+      NORM_FUSED_MAX_COLUMNS outputs: q/k/v), inside the projection's kernel (x * weight rounded
+      once to bf16, each row's sums scaled by 1 / rms in f32 - one op fewer), elsewhere as that op.
     Biases, epilogue and residual are applied in f32 and rounded once.
     Returns a list when there are several outputs, else one array."""
     ws, bs = weight_lists(weights, biases)

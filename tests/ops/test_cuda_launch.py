@@ -229,6 +229,31 @@ def test_rms_norm_is_the_kernels_second_input_where_it_fuses(fake_cuda):
     assert len(fake_cuda) == launches
 
 
+def test_rms_norm_fuses_only_where_it_measured_faster(fake_cuda):
+    """ops._norm_pays: the norm goes into q/k/v-like kernels of 1-16 rows and at most
+    NORM_FUSED_MAX_COLUMNS outputs; before SwiGLU, at 17-32 rows or over more columns it is
+    mx.fast.rms_norm before a plain kernel (the H200 measurements in ops' comment)."""
+    K = 256
+    q = [mt.QuantizedWeight(*mx.quantize(rand((n, K), mx.bfloat16, i, 0.1), group_size=64, bits=4), 64, 4)
+         for i, n in enumerate((64, 64, ops.NORM_FUSED_MAX_COLUMNS - 128))]  # fmt: skip
+    g = rand((K,), mx.bfloat16, 5)
+    wide = mt.QuantizedWeight(*mx.quantize(rand((ops.NORM_FUSED_MAX_COLUMNS + 64, K), mx.bfloat16, 6), 64, 4), 64, 4)
+    x = {rows: rand((rows, K), mx.bfloat16, 7) for rows in (1, 16, 17)}
+    fused = [
+        lambda: mt.fused_linear(x[16], q[:2], norm=(g, 1e-5)),
+        lambda: mt.fused_linear(x[1], q, norm=(g, 1e-5)),  # NORM_FUSED_MAX_COLUMNS in all
+    ]
+    apart = [
+        lambda: mt.fused_linear(x[16], q[:2], epilogue="swiglu", norm=(g, 1e-5)),
+        lambda: mt.fused_linear(x[17], q[:2], norm=(g, 1e-5)),
+        lambda: mt.fused_linear(x[1], [wide], norm=(g, 1e-5)),
+    ]
+    for calls, with_norm in ((fused, True), (apart, False)):
+        for call in calls:
+            mx.eval(call())
+            assert ("_rms" in fake_cuda[-1]["name"]) is with_norm, fake_cuda[-1]["name"]
+
+
 def test_rms_norm_arguments_are_checked_by_name():
     x = rand((2, 64), mx.float32, 1)
     w = rand((16, 64), mx.float32, 2)
