@@ -278,7 +278,7 @@ def _rms_norm_fusions(arr, check, results) -> None:
     product, the 4-bit SwiGLU gate/up and q/k/v, at 1-32 rows, against float64 of the kernel's
     formula - (bf16(x * g) @ W.T) / sqrt(mean(x^2) + eps), x * g rounded once as the kernel does
     (MLX's bf16 product) - with 1e-4 more for the f32 sums of squares and rsqrtf, and row by row
-    against rows alone. Where ops composes the norm instead (ops._norm_pays: SwiGLU, 17-32 rows),
+    against rows alone. Where ops composes the norm instead (ops.norm_pays: before SwiGLU),
     seen in the trace, against float64 of the product of stock's normalised x."""
     K, N, eps = 1024, 200, 1e-5
     x = arr((32, K), mx.bfloat16) * 3

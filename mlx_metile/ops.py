@@ -308,7 +308,7 @@ def _project(
     norm_eps = None if norm is None else float(norm[1])
     if norm is not None:
         spec = ProjectionSpec(act, formats, epilogue, residual is not None, k_multiple=k_multiple, norm_eps=norm_eps)
-        if not (_norm_fusable(backend, spec, rows, layout, norm) and _norm_pays(epilogue, rows, cols)):
+        if not (_norm_fusable(backend, spec, rows, layout, norm) and norm_pays(epilogue, cols)):
             # the norm, then the product
             xn = mx.fast.rms_norm(x_in, norm[0], norm[1], stream=s)
             return _project(op, xn, weights, biases, epilogue, residual_in, stream)
@@ -549,15 +549,19 @@ def _norm_fusable(backend: str, spec: ProjectionSpec, rows: int, layout: int, no
 # q/k/v 4096 -> 6144 1.10-1.26x at 1-16 rows, 0.80-0.98x at 32; gate/up with SwiGLU 4096 -> 2 x
 # 14336 0.84-1.01x at 1-16 rows, 0.49-0.76x at 32. Every block redoes x * g and the sum of squares
 # over all of K, so (presumably) the cost grows with the blocks while the saving is one launch: the
-# limit on columns lies somewhere between the two shapes measured, 6144 and 28672.
-NORM_FUSED_MAX_ROWS = 16
+# limit on columns lies somewhere between the two shapes measured, 6144 and 28672. There is no limit
+# on rows: a row computed with the norm fused and the same row computed after stock's norm differ
+# in their last bits (x * g rounded once against x / rms rounded, then times g), so switching at
+# some row count would break row invariance (seen on the H200: speculative decoding's verify rows
+# must equal its decode rows); q/k/v at 17-32 rows pays for that (0.80x int4, 0.98x int8 at 32).
 NORM_FUSED_MAX_COLUMNS = 8192
 
 
-def _norm_pays(epilogue: str | None, rows: int, cols: int) -> bool:
-    """Whether a fusable norm goes into the kernel: no SwiGLU, at most NORM_FUSED_MAX_ROWS rows and
-    NORM_FUSED_MAX_COLUMNS output columns in all."""
-    return epilogue is None and rows <= NORM_FUSED_MAX_ROWS and cols <= NORM_FUSED_MAX_COLUMNS
+def norm_pays(epilogue: str | None, columns: int) -> bool:
+    """Whether an RMSNorm that the kernel can take goes into it (fused_linear(norm=)): no SwiGLU
+    and at most NORM_FUSED_MAX_COLUMNS output columns in all (q/k/v). Elsewhere the norm is its
+    own op; integrations.modules asks this before handing a norm over."""
+    return epilogue is None and columns <= NORM_FUSED_MAX_COLUMNS
 
 
 def _cuda_plan_of(artifact, x, residual, out_dtype, rows, cols, scalars, lead, out_ns) -> _CudaPlan:
@@ -681,8 +685,8 @@ def fused_linear(
     - "gelu" / "gelu_approx" / "silu": applied to each output;
     - residual: added to the single output (down projection + residual);
     - norm=(weight, eps): x goes through an RMSNorm first, `mx.fast.rms_norm(x, weight, eps)`;
-      on CUDA with bf16 activations, where it measured faster (no SwiGLU, 1-16 rows, at most
-      NORM_FUSED_MAX_COLUMNS outputs: q/k/v), inside the projection's kernel (x * weight rounded
+      on CUDA with bf16 activations, where it measured faster (no SwiGLU, at most
+      NORM_FUSED_MAX_COLUMNS outputs: q/k/v; norm_pays), inside the projection's kernel (x * weight rounded
       once to bf16, each row's sums scaled by 1 / rms in f32 - one op fewer), elsewhere as that op.
     Biases, epilogue and residual are applied in f32 and rounded once.
     Returns a list when there are several outputs, else one array."""

@@ -11,7 +11,7 @@ from itertools import chain
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..ops import QuantizedWeight, fused_linear
+from ..ops import QuantizedWeight, fused_linear, norm_pays
 from ..projection import Projection
 from ..trace import TraceRecord, record
 
@@ -127,6 +127,7 @@ class QKVGroup:
         self.max_rows = max_rows
         self.pending: tuple[mx.array, list, list[int]] | None = None
         self.norm_next: tuple[mx.array, mx.array, nn.RMSNorm] | None = None  # (norm(x), x, norm)
+        self.takes_norm = norm_pays(None, sum(m.weight.shape[0] for m in originals))  # (where ops fuses it)
         self.projection = ProjectionCache()
         self.members: list[nn.Module | None] = [None] * len(originals)  # the QKVMembers: their arrays
 
@@ -181,6 +182,7 @@ class FusedSwiGLU(nn.Module):
         object.__setattr__(self, "max_rows", max_rows)
         object.__setattr__(self, "gate_up", ProjectionCache("swiglu"))
         object.__setattr__(self, "down", ProjectionCache())
+        object.__setattr__(self, "takes_norm", norm_pays("swiglu", self.gate_proj.weight.shape[0]))  # (False: see ops)
 
     def __call__(self, x: mx.array, residual: mx.array | None = None, norm: nn.RMSNorm | None = None) -> mx.array:
         """`norm`: an RMSNorm to apply to x first (fused_block_call passes the block's), inside the
@@ -199,9 +201,11 @@ def fused_block_call(self, x: mx.array, mask=None, cache=None):
     attention's output projection adds the first residual where it is an mlx_metile
     projection (one kernel and one graph node fewer per block; if the attention returns
     something other than that projection's output, patch's verification declines the block).
-    Its RMSNorms go into the projections after them: the post-attention one into gate/up,
-    the input one into a fused q/k/v call (announced to the group with the norm's output,
-    which the attention still receives: whatever else it does with it stays correct)."""
+    Its RMSNorms go into the projections after them where ops fuses them (ops.norm_pays: now
+    the input one into a fused q/k/v call, announced to the group with the norm's output,
+    which the attention still receives: whatever else it does with it stays correct); elsewhere
+    they stay their own ops (on the H200 handing gate/up a norm that ops then composed ran
+    0.54-0.81x of keeping it apart, end to end: ops does not plan a composing call)."""
     attn = self["self_attn"]
     o_proj = attn.get("o_proj")
     fuse = type(o_proj) is MetileProjection
@@ -212,7 +216,7 @@ def fused_block_call(self, x: mx.array, mask=None, cache=None):
     fuse_norms = self.metile_fuse_norms
     q_proj = attn.get("q_proj")
     fusable = fuse_norms and type(q_proj) is QKVMember and type(input_norm) is nn.RMSNorm
-    group = q_proj.group if fusable else None
+    group = q_proj.group if fusable and q_proj.group.takes_norm else None
     if group is not None:
         group.norm_next = (xn, x, input_norm)
     try:
@@ -225,11 +229,10 @@ def fused_block_call(self, x: mx.array, mask=None, cache=None):
             object.__setattr__(o_proj, "residual_next", None)
     h = r if taken else x + r
     norm = self["post_attention_layernorm"]
-    if (
-        fuse_norms and type(norm) is nn.RMSNorm
-    ):  # into the gate/up kernel (one op fewer; not subclasses: Gemma's adds 1)
-        return self.mlp(h, residual=h, norm=norm)
-    return self.mlp(norm(h), residual=h)
+    mlp = self["mlp"]
+    if fuse_norms and type(norm) is nn.RMSNorm and type(mlp) is FusedSwiGLU and mlp.takes_norm:
+        return mlp(h, residual=h, norm=norm)  # into the gate/up kernel (not subclasses: Gemma's adds 1)
+    return mlp(norm(h), residual=h)
 
 
 def embedding_as_linear(self, x: mx.array) -> mx.array:

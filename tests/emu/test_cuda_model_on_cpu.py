@@ -64,7 +64,7 @@ def test_patched_model_on_the_cuda_path_matches_the_unpatched_one(cuda_on_cpu, a
     assert report.max_diff <= report.allowed
     assert cuda_on_cpu and all(e.startswith("proj_") for e in cuda_on_cpu), cuda_on_cpu
     # the input RMSNorm went into the fused q/k/v kernels (bf16 activations and norm weights); the
-    # post-attention one, handed to gate/up too, runs as its own op there (ops._norm_pays)
+    # post-attention one, handed to gate/up too, stays its own op (ops.norm_pays)
     assert any("_swiglu" not in e and "_rms" in e for e in cuda_on_cpu), cuda_on_cpu
     assert not any("_swiglu" in e and "_rms" in e for e in cuda_on_cpu), cuda_on_cpu
     got, want = integration.synthetic_logits(model), integration.synthetic_logits(reference)
@@ -98,8 +98,8 @@ def test_rms_norm_goes_into_the_projection_kernel_on_the_cuda_path(cuda_on_cpu, 
     rms_norm op before it), within one bf16 step of the largest output of
     fused_linear(mx.fast.rms_norm(x, g, eps)) (the kernel rounds x * g once, stock rounds
     x / rms and then its product with g); its planned repeats and a Projection give the same bits.
-    SwiGLU here only through the kernel (ops._norm_pays composes it in use)."""
-    monkeypatch.setattr(ops, "_norm_pays", lambda epilogue, rows, cols: True)
+    SwiGLU here only through the kernel (ops.norm_pays composes it in use)."""
+    monkeypatch.setattr(ops, "norm_pays", lambda epilogue, columns: True)
     k, n = 512, 64
     gate, up = (
         mx.quantize(mx.random.normal((n, k), key=mx.random.key(i)).astype(mx.bfloat16) * 0.05, group_size=64, bits=4)

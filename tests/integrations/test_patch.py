@@ -318,14 +318,15 @@ def test_the_input_norm_goes_into_qkv_and_the_attention_still_gets_its_output(mo
 
 
 def test_fuse_norms_false_keeps_the_norms_as_separate_ops():
-    """patch(fuse_norms=False): neither the q/k/v nor the gate/up Projection is given a norm (both
-    are with the default), the model still verifies, and the argument is checked by name."""
+    """patch(fuse_norms=False): the q/k/v Projection is not given the input norm (it is with the
+    default; gate/up never is: ops.norm_pays), the model still verifies, and the argument is
+    checked by name."""
     fused, apart = make("llama", "q4g64-bf16"), make("llama", "q4g64-bf16")
     assert mt.patch(fused) and mt.patch(apart, fuse_norms=False)
     for model, with_norm in ((fused, True), (apart, False)):
         integration.synthetic_logits(model)
         layer = model.model.layers[0]
         projections = (layer.self_attn.q_proj.group.projection.projection, layer.mlp.gate_up.projection)
-        assert [p.norm is not None for p in projections] == [with_norm, with_norm]
+        assert [p.norm is not None for p in projections] == [with_norm, False]  # (gate/up: ops.norm_pays)
     with pytest.raises(TypeError, match="fuse_norms: expected True or False"):
         mt.patch(make("llama", "q4g64"), fuse_norms="yes")
