@@ -5,11 +5,13 @@ as mlx-lm's generate runs them (build, `mx.async_eval`'s own time, the wait). A 
 Llama-3.1-8B's block shapes built with mlx-lm's classes (nothing downloaded), batch 1.
 
     python bench/decode_host.py [--layers 32] [--format bf16|int4|int8] [--tokens 16] [--rounds 3]
-        [--impls stock,mlx_metile[,mlx_metile_norms_apart]] [--out result.json]
+        [--impls stock,mlx_metile[,mlx_metile_norms_apart]] [--verify BATCH ROWS] [--out result.json]
 
 mlx_metile_norms_apart is patch(fuse_norms=False) (the RMSNorms as separate ops). Every model is
 built first and the rounds alternate between them (drift on the machine reaches all alike);
-medians over the tokens of all rounds, after one warm-up round each."""
+medians over the tokens of all rounds, after one warm-up round each. --verify times instead a
+speculative-decoding check: one forward of ROWS draft tokens for each of BATCH sequences on a
+prefilled cache (trimmed back after each), evaluated, --tokens of them per round."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mlx_metile as mt  # noqa: E402
@@ -49,6 +51,21 @@ def prefilled(model: nn.Module) -> tuple[list, mx.array]:
     prompt = mx.random.randint(0, 8192, (1, 24))
     mx.eval(model(prompt, cache=cache))
     return cache, prompt[:, -1:]
+
+
+def verify_times(model: nn.Module, batch: int, rows: int, count: int) -> list[float]:
+    """Seconds of `count` evaluated forwards of `rows` draft tokens per sequence after a 24-token prompt."""
+    cache = make_prompt_cache(model)
+    prompt = mx.random.randint(0, 8192, (batch, 24))
+    mx.eval(model(prompt, cache=cache))
+    draft = prompt[:, -rows:]
+    times = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        mx.eval(model(draft, cache=cache))
+        times.append(time.perf_counter() - t0)
+        trim_prompt_cache(cache, rows)
+    return times
 
 
 def next_token(model: nn.Module, tok: mx.array, cache: list) -> mx.array:
@@ -96,25 +113,10 @@ def overlapped(model: nn.Module, tokens: int) -> tuple[list[float], ...]:
     return build, encode, wait, [(time.perf_counter() - start) / tokens]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--layers", type=int, default=32)
-    ap.add_argument("--format", choices=FORMATS, default="int4")
-    ap.add_argument("--tokens", type=int, default=16)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--impls", default="stock,mlx_metile")
-    ap.add_argument("--out")
-    args = ap.parse_args()
-    impls = args.impls.split(",")
-    if not set(impls) <= {"stock", *PATCH_OPTIONS}:
-        ap.error(f"--impls: expected some of stock,{','.join(PATCH_OPTIONS)}, got {args.impls}")
-    models = {}
-    for name in impls:
-        models[name] = model_of(args.layers, args.format, name)
-        per_token(models[name], 4)  # warm-up: kernels compiled and loaded
-        print(f"{name}: built and warmed up", flush=True)
-    build, run = {n: [] for n in impls}, {n: [] for n in impls}
-    parts: dict[str, tuple[list[float], ...]] = {n: ([], [], [], []) for n in impls}
+def decode_rounds(models: dict, args) -> dict:
+    """Decoded tokens, alone and overlapped, rounds alternating between the models."""
+    build, run = {n: [] for n in models}, {n: [] for n in models}
+    parts: dict[str, tuple[list[float], ...]] = {n: ([], [], [], []) for n in models}
     for r in range(args.rounds):
         for name, model in models.items():
             b, e = per_token(model, args.tokens)
@@ -124,7 +126,7 @@ def main() -> int:
                 acc += got
         print(f"round {r + 1}/{args.rounds} done", flush=True)
     rows = {}
-    for name in impls:
+    for name in models:
         rows[name] = {"build_ms": statistics.median(build[name]) * 1e3, "eval_ms": statistics.median(run[name]) * 1e3}
         rows[name]["token_ms"] = rows[name]["build_ms"] + rows[name]["eval_ms"]
         ms = [statistics.median(p) * 1e3 for p in parts[name]]
@@ -136,6 +138,49 @@ def main() -> int:
             f"  -> {ms[3]:.2f} ms per token ({1e3 / ms[3]:.1f} tokens/s)",
             flush=True,
         )
+    return rows
+
+
+def verify_rounds(models: dict, args) -> dict:
+    """Verify forwards (--verify BATCH ROWS), rounds alternating between the models."""
+    batch, draft = args.verify
+    times: dict[str, list[float]] = {n: [] for n in models}
+    for r in range(args.rounds):
+        for name, model in models.items():
+            times[name] += verify_times(model, batch, draft, args.tokens)
+        print(f"round {r + 1}/{args.rounds} done", flush=True)
+    rows = {}
+    for name, t in times.items():
+        rows[name] = {
+            "verify_ms": statistics.median(t) * 1e3,
+            "verify_ms_quartiles": [x * 1e3 for x in statistics.quantiles(t)],
+        }
+        print(f"{name:22s} verify {batch} x {draft} rows: {rows[name]['verify_ms']:.2f} ms", flush=True)
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--format", choices=FORMATS, default="int4")
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--impls", default="stock,mlx_metile")
+    ap.add_argument("--verify", nargs=2, type=int, metavar=("BATCH", "ROWS"))
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    impls = args.impls.split(",")
+    if not set(impls) <= {"stock", *PATCH_OPTIONS}:
+        ap.error(f"--impls: expected some of stock,{','.join(PATCH_OPTIONS)}, got {args.impls}")
+    models = {}
+    for name in impls:
+        models[name] = model_of(args.layers, args.format, name)
+        per_token(models[name], 4)  # warm-up: kernels compiled and loaded
+        print(f"{name}: built and warmed up", flush=True)
+    if args.verify:
+        rows = verify_rounds(models, args)
+    else:
+        rows = decode_rounds(models, args)
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": str(mx.default_device()),
@@ -146,6 +191,7 @@ def main() -> int:
         "format": args.format,
         "tokens_per_round": args.tokens,
         "rounds": args.rounds,
+        "verify": args.verify,
         "mlx_env": {k: v for k, v in os.environ.items() if k.startswith("MLX_")},
         "cuda_launch": "native" if ops._native_launch() else "python",  # (where the CUDA path runs)
         "per_token": rows,
