@@ -153,7 +153,7 @@ def verify_rounds(models: dict, args) -> dict:
     for name, t in times.items():
         rows[name] = {
             "verify_ms": statistics.median(t) * 1e3,
-            "verify_ms_quartiles": [x * 1e3 for x in statistics.quantiles(t)],
+            "verify_ms_quartiles": [x * 1e3 for x in statistics.quantiles(t)] if len(t) > 1 else None,
         }
         print(f"{name:22s} verify {batch} x {draft} rows: {rows[name]['verify_ms']:.2f} ms", flush=True)
     return rows
