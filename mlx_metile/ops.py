@@ -552,8 +552,9 @@ def _norm_fusable(backend: str, spec: ProjectionSpec, rows: int, layout: int, no
 # limit on columns lies somewhere between the two shapes measured, 6144 and 28672. There is no limit
 # on rows: a row computed with the norm fused and the same row computed after stock's norm differ
 # in their last bits (x * g rounded once against x / rms rounded, then times g), so switching at
-# some row count would break row invariance (seen on the H200: speculative decoding's verify rows
-# must equal its decode rows); q/k/v at 17-32 rows pays for that (0.80x int4, 0.98x int8 at 32).
+# some row count would break row invariance (the H200's correctness matrix caught a 16-row limit;
+# speculative decoding needs a row's result not to depend on the batch); q/k/v at 17-32 rows pays
+# for that (0.80x int4, 0.98x int8 at 32).
 NORM_FUSED_MAX_COLUMNS = 8192
 
 
@@ -685,9 +686,10 @@ def fused_linear(
     - "gelu" / "gelu_approx" / "silu": applied to each output;
     - residual: added to the single output (down projection + residual);
     - norm=(weight, eps): x goes through an RMSNorm first, `mx.fast.rms_norm(x, weight, eps)`;
-      on CUDA with bf16 activations, where it measured faster (no SwiGLU, at most
-      NORM_FUSED_MAX_COLUMNS outputs: q/k/v; norm_pays), inside the projection's kernel (x * weight rounded
-      once to bf16, each row's sums scaled by 1 / rms in f32 - one op fewer), elsewhere as that op.
+      on CUDA with bf16 activations, where it measured faster (norm_pays: no SwiGLU, at most
+      NORM_FUSED_MAX_COLUMNS outputs, i.e. q/k/v), inside the projection's kernel (x * weight
+      rounded once to bf16, each row's sums scaled by 1 / rms in f32 - one op fewer), elsewhere as
+      that op.
     Biases, epilogue and residual are applied in f32 and rounded once.
     Returns a list when there are several outputs, else one array."""
     ws, bs = weight_lists(weights, biases)
