@@ -205,7 +205,7 @@ def fused_block_call(self, x: mx.array, mask=None, cache=None):
     the input one into a fused q/k/v call, announced to the group with the norm's output,
     which the attention still receives: whatever else it does with it stays correct); elsewhere
     they stay their own ops (on the H200 handing gate/up a norm that ops then composed ran
-    0.54-0.81x of keeping it apart, end to end: ops does not plan a composing call)."""
+    0.54-0.81x of keeping it apart, end to end, while ops did not yet plan such calls)."""
     attn = self["self_attn"]
     o_proj = attn.get("o_proj")
     fuse = type(o_proj) is MetileProjection

@@ -117,3 +117,28 @@ def test_rms_norm_goes_into_the_projection_kernel_on_the_cuda_path(cuda_on_cpu, 
     bound = mt.Projection(weights, epilogue="swiglu", norm=(g, 1e-5))
     assert np.array_equal(bits(again), bits(fused)) and np.array_equal(bits(bound(x)), bits(fused))
     assert np.array_equal(bits(bound(x)), bits(fused))  # the Projection's own plan
+
+
+def test_a_norm_that_ops_composes_is_planned_too(cuda_on_cpu):
+    """Before SwiGLU (ops.norm_pays) the norm is mx.fast.rms_norm, then the plain kernel; a repeat
+    of the call, and a Projection's, go through a plan of that (ops._NormFirstPlan: no checking
+    path per call) and give the bits of the composition written out."""
+    k, n = 512, 64
+    gate, up = (
+        mx.quantize(mx.random.normal((n, k), key=mx.random.key(i)).astype(mx.bfloat16) * 0.05, group_size=64, bits=4)
+        for i in (1, 2)
+    )
+    weights = [mt.QuantizedWeight(*gate, 64, 4), mt.QuantizedWeight(*up, 64, 4)]
+    g = (mx.random.normal((k,), key=mx.random.key(3)) * 0.2 + 1).astype(mx.bfloat16)
+    x = mx.random.normal((3, k), key=mx.random.key(4)).astype(mx.bfloat16) * 3
+    want = bits(mt.fused_linear(mx.fast.rms_norm(x, g, 1e-5), weights, epilogue="swiglu"))
+    first = mt.fused_linear(x, weights, epilogue="swiglu", norm=(g, 1e-5))
+    plan = ops.planned("fused_linear", x, weights, [None, None], "swiglu", None, (g, 1e-5))
+    assert isinstance(plan, ops._NormFirstPlan), plan
+    again = mt.fused_linear(x, weights, epilogue="swiglu", norm=(g, 1e-5))
+    bound = mt.Projection(weights, epilogue="swiglu", norm=(g, 1e-5))
+    outs = [bound(x), bound(x)]  # (checked, then its own plan)
+    assert any(isinstance(p, ops._NormFirstPlan) for p in bound._plans.values())
+    assert not any("_rms" in e for e in cuda_on_cpu), cuda_on_cpu
+    for y in (first, again, *outs):
+        assert np.array_equal(bits(y), want)
