@@ -93,13 +93,8 @@ def test_leading_dimensions_and_strided_inputs_reach_the_kernel_as_rows(cuda_on_
     assert len(cuda_on_cpu) == 2
 
 
-def test_rms_norm_goes_into_the_projection_kernel_on_the_cuda_path(cuda_on_cpu, monkeypatch):
-    """fused_linear(norm=(g, eps)) on the CUDA path: one launch of a kernel with the norm (no
-    rms_norm op before it), within one bf16 step of the largest output of
-    fused_linear(mx.fast.rms_norm(x, g, eps)) (the kernel rounds x * g once, stock rounds
-    x / rms and then its product with g); its planned repeats and a Projection give the same bits.
-    SwiGLU here only through the kernel (ops.norm_pays composes it in use)."""
-    monkeypatch.setattr(ops, "norm_pays", lambda epilogue, columns: True)
+def _gate_up_with_norm() -> tuple[list, mx.array, mx.array]:
+    """4-bit gate/up weights (K = 512, 64 columns each), a bf16 norm weight and a 3-row bf16 x."""
     k, n = 512, 64
     gate, up = (
         mx.quantize(mx.random.normal((n, k), key=mx.random.key(i)).astype(mx.bfloat16) * 0.05, group_size=64, bits=4)
@@ -107,7 +102,17 @@ def test_rms_norm_goes_into_the_projection_kernel_on_the_cuda_path(cuda_on_cpu, 
     )
     weights = [mt.QuantizedWeight(*gate, 64, 4), mt.QuantizedWeight(*up, 64, 4)]
     g = (mx.random.normal((k,), key=mx.random.key(3)) * 0.2 + 1).astype(mx.bfloat16)
-    x = mx.random.normal((3, k), key=mx.random.key(4)).astype(mx.bfloat16) * 3
+    return weights, g, mx.random.normal((3, k), key=mx.random.key(4)).astype(mx.bfloat16) * 3
+
+
+def test_rms_norm_goes_into_the_projection_kernel_on_the_cuda_path(cuda_on_cpu, monkeypatch):
+    """fused_linear(norm=(g, eps)) on the CUDA path: one launch of a kernel with the norm (no
+    rms_norm op before it), within one bf16 step of the largest output of
+    fused_linear(mx.fast.rms_norm(x, g, eps)) (the kernel rounds x * g once, stock rounds
+    x / rms and then its product with g); its planned repeats and a Projection give the same bits.
+    SwiGLU here only through the kernel (ops.norm_pays composes it in use)."""
+    monkeypatch.setattr(ops, "norm_pays", lambda epilogue, columns: True)
+    weights, g, x = _gate_up_with_norm()
     fused = mt.fused_linear(x, weights, epilogue="swiglu", norm=(g, 1e-5))
     assert len(cuda_on_cpu) == 1 and "_rms" in cuda_on_cpu[-1]
     want = mt.fused_linear(mx.fast.rms_norm(x, g, 1e-5), weights, epilogue="swiglu")
@@ -123,14 +128,7 @@ def test_a_norm_that_ops_composes_is_planned_too(cuda_on_cpu):
     """Before SwiGLU (ops.norm_pays) the norm is mx.fast.rms_norm, then the plain kernel; a repeat
     of the call, and a Projection's, go through a plan of that (ops._NormFirstPlan: no checking
     path per call) and give the bits of the composition written out."""
-    k, n = 512, 64
-    gate, up = (
-        mx.quantize(mx.random.normal((n, k), key=mx.random.key(i)).astype(mx.bfloat16) * 0.05, group_size=64, bits=4)
-        for i in (1, 2)
-    )
-    weights = [mt.QuantizedWeight(*gate, 64, 4), mt.QuantizedWeight(*up, 64, 4)]
-    g = (mx.random.normal((k,), key=mx.random.key(3)) * 0.2 + 1).astype(mx.bfloat16)
-    x = mx.random.normal((3, k), key=mx.random.key(4)).astype(mx.bfloat16) * 3
+    weights, g, x = _gate_up_with_norm()
     want = bits(mt.fused_linear(mx.fast.rms_norm(x, g, 1e-5), weights, epilogue="swiglu"))
     first = mt.fused_linear(x, weights, epilogue="swiglu", norm=(g, 1e-5))
     plan = ops.planned("fused_linear", x, weights, [None, None], "swiglu", None, (g, 1e-5))
