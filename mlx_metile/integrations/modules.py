@@ -185,8 +185,8 @@ class FusedSwiGLU(nn.Module):
         object.__setattr__(self, "takes_norm", norm_pays("swiglu", self.gate_proj.weight.shape[0]))  # (False: see ops)
 
     def __call__(self, x: mx.array, residual: mx.array | None = None, norm: nn.RMSNorm | None = None) -> mx.array:
-        """`norm`: an RMSNorm to apply to x first (fused_block_call passes the block's), inside the
-        gate/up kernel where ops can fuse it."""
+        """`norm`: an RMSNorm to apply to x first, inside the gate/up kernel where ops fuses it
+        (fused_block_call passes the block's only where `takes_norm`: no shape now, see ops)."""
         if rows_of(x) > self.max_rows:
             _record_fallback("fused_linear", x, self.gate_proj.weight.shape[0])
             out = self.original(x if norm is None else norm(x))
