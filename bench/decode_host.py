@@ -34,6 +34,7 @@ import mlx_metile as mt  # noqa: E402
 from bench.random_llama import FORMATS, random_llama  # noqa: E402
 from mlx_metile import ops  # noqa: E402
 
+PROMPT = 24  # tokens prefilled before the timed steps
 PATCH_OPTIONS = {"mlx_metile": {}, "mlx_metile_norms_apart": {"fuse_norms": False}}
 
 
@@ -48,7 +49,7 @@ def model_of(layers: int, fmt: str, impl: str) -> nn.Module:
 def prefilled(model: nn.Module) -> tuple[list, mx.array]:
     """A cache holding a 24-token random prompt, and its last token."""
     cache = make_prompt_cache(model)
-    prompt = mx.random.randint(0, 8192, (1, 24))
+    prompt = mx.random.randint(0, 8192, (1, PROMPT))
     mx.eval(model(prompt, cache=cache))
     return cache, prompt[:, -1:]
 
@@ -56,7 +57,7 @@ def prefilled(model: nn.Module) -> tuple[list, mx.array]:
 def verify_times(model: nn.Module, batch: int, rows: int, count: int) -> list[float]:
     """Seconds of `count` evaluated forwards of `rows` draft tokens per sequence after a 24-token prompt."""
     cache = make_prompt_cache(model)
-    prompt = mx.random.randint(0, 8192, (batch, 24))
+    prompt = mx.random.randint(0, 8192, (batch, PROMPT))
     mx.eval(model(prompt, cache=cache))
     draft = prompt[:, -rows:]
     times = []
@@ -172,6 +173,8 @@ def main() -> int:
     impls = args.impls.split(",")
     if not set(impls) <= {"stock", *PATCH_OPTIONS}:
         ap.error(f"--impls: expected some of stock,{','.join(PATCH_OPTIONS)}, got {args.impls}")
+    if args.verify and not (args.verify[0] >= 1 and 1 <= args.verify[1] <= PROMPT):
+        ap.error(f"--verify: expected BATCH >= 1 and 1 <= ROWS <= {PROMPT} (draft tokens come from the prompt)")
     models = {}
     for name in impls:
         models[name] = model_of(args.layers, args.format, name)
