@@ -11,9 +11,12 @@ evaluation (each product with its own x and the pool's next weights), each under
 
 fused and apart are timed alternating (bench/h200.py's timed_pair), 15 evaluations each; stock
 alone. Prints and writes per-product microseconds and fused over apart.
+--ops-rule keeps ops.norm_pays, so that "fused" is what ops does with the call (for the SwiGLU
+gate/up: rms_norm then the plain kernel, planned by ops._NormFirstPlan); --eager times the calls
+without mx.compile (each evaluation's graph built in Python: the host cost of a call).
 
     python bench/norm_fusion.py --out result.json [--rows 1 2 4 8 16 32] [--formats int4 int8]
-        [--products 256] [--pool-mb 480]
+        [--products 256] [--pool-mb 480] [--ops-rule] [--eager]
 """
 
 from __future__ import annotations
@@ -74,9 +77,12 @@ def main() -> int:
     ap.add_argument("--formats", nargs="*", default=["int4", "int8"], choices=["int4", "int8"])
     ap.add_argument("--products", type=int, default=256)
     ap.add_argument("--pool-mb", type=int, default=h200.POOL_BYTES >> 20, help="weight pool size (default: h200.py's)")
+    ap.add_argument("--ops-rule", action="store_true", help="keep ops.norm_pays (fused: what ops does)")
+    ap.add_argument("--eager", action="store_true", help="no mx.compile")
     args = ap.parse_args()
     h200.POOL_BYTES = args.pool_mb << 20
-    ops.norm_pays = lambda epilogue, columns: True  # (the fused kernel itself is what is timed)
+    if not args.ops_rule:
+        ops.norm_pays = lambda epilogue, columns: True  # (the fused kernel itself is what is timed)
     g = (mx.random.normal((K,), key=mx.random.key(5)) * 0.1 + 1).astype(mx.bfloat16)
     results = []
     for fmt in args.formats:
@@ -89,7 +95,7 @@ def main() -> int:
                     for i in range(args.products)
                 ]
                 mx.eval(xs)
-                compiled = {k: mx.compile(f) for k, f in fns.items()}
+                compiled = {k: (f if args.eager else mx.compile(f)) for k, f in fns.items()}
                 run = {k: (lambda f=f, xs=xs: f(xs)) for k, f in compiled.items()}
                 t_fused, t_apart = h200.timed_pair(run["fused"], run["apart"])
                 t_stock = h200.timed(run["stock"])
@@ -115,6 +121,8 @@ def main() -> int:
         "platform": platform.platform(),
         "mlx": mx.__version__,
         "products_per_eval": args.products,
+        "ops_rule": args.ops_rule,
+        "eager": args.eager,
         "pool_bytes": h200.POOL_BYTES,
         "method": __doc__,
         "results": results,

@@ -553,6 +553,24 @@ SUITE_ROWBLOCKS17 = {
     f"{fmt}_4096x14336_rowblocks": ([*shape(fmt, 4096, 14336, 8), "--rows", "32"], ROWBLOCKS)
     for fmt in ("q4g64", "q8g64", "bf16")
 }
+# s19-densexshare: bf16 against cuBLAS at 16-32 rows of the wide products (0.93-0.95x through MLX in the
+# seventeenth session; 0.875-0.95x kernel alone, s16-cublas), where each block of 32 columns reads all of
+# x again: the shared-x kernel (lower_mma_xshare, never measured on dense weights) reads x once per
+# block of C x 16 T columns, with the K-split kernel's sums.
+DENSE_XSHARE = [
+    "default=",
+    f"xs4={E}XSHARE=4",
+    f"xs4s2={E}XSHARE=4;{E}STAGES=2",
+    f"xs8s2={E}XSHARE=8;{E}STAGES=2",
+    f"xs4t2s2={E}XSHARE=4;{E}TILES=2;{E}STAGES=2",
+    f"xs8t2s2={E}XSHARE=8;{E}TILES=2;{E}STAGES=2",
+    "cublas=",
+    "again=",
+]
+SUITE_DENSE_XSHARE = {
+    f"bf16_{k}x{n}_densexshare": ([*shape("bf16", k, n, 4), "--rows", "16,32"], DENSE_XSHARE)
+    for k, n in ((4096, 14336), (14336, 4096), (4096, 4096))
+}
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -593,6 +611,7 @@ SUITES = {
     "s17-smalltiles": SUITE_SMALLTILES,
     "s17-smalltiles2": SUITE_SMALLTILES2,
     "s17-rowblocks": SUITE_ROWBLOCKS17,
+    "s19-densexshare": SUITE_DENSE_XSHARE,
 }
 
 
