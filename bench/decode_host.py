@@ -5,9 +5,11 @@ as mlx-lm's generate runs them (build, `mx.async_eval`'s own time, the wait). A 
 Llama-3.1-8B's block shapes built with mlx-lm's classes (nothing downloaded), batch 1.
 
     python bench/decode_host.py [--layers 32] [--format bf16|int4|int8] [--tokens 16] [--rounds 3]
-        [--impls stock,mlx_metile[,mlx_metile_norms_apart]] [--verify BATCH ROWS] [--out result.json]
+        [--impls stock,mlx_metile[,mlx_metile_norms_apart][,mlx_metile_norms_fused]] [--verify BATCH ROWS]
+        [--out result.json]
 
-mlx_metile_norms_apart is patch(fuse_norms=False) (the RMSNorms as separate ops). Every model is
+mlx_metile is patch's defaults; mlx_metile_norms_apart / _fused are patch(fuse_norms=False / True)
+(the RMSNorms as separate ops / the input norm inside the q/k/v kernel). Every model is
 built first and the rounds alternate between them (drift on the machine reaches all alike);
 medians over the tokens of all rounds, after one warm-up round each. --verify times instead a
 speculative-decoding check: one forward of ROWS draft tokens for each of BATCH sequences on a
@@ -35,7 +37,11 @@ from bench.random_llama import FORMATS, random_llama  # noqa: E402
 from mlx_metile import ops  # noqa: E402
 
 PROMPT = 24  # tokens prefilled before the timed steps
-PATCH_OPTIONS = {"mlx_metile": {}, "mlx_metile_norms_apart": {"fuse_norms": False}}
+PATCH_OPTIONS = {
+    "mlx_metile": {},
+    "mlx_metile_norms_apart": {"fuse_norms": False},
+    "mlx_metile_norms_fused": {"fuse_norms": True},
+}
 
 
 def model_of(layers: int, fmt: str, impl: str) -> nn.Module:

@@ -1,11 +1,13 @@
 """Render a generation benchmark JSON (bench/test_bench_generate.py) as tokens/s; where the file
-holds mlx_metile_norms_apart runs (patch(fuse_norms=False)), with their column and the fused
-norms' speedup over them."""
+holds mlx_metile_norms_apart or mlx_metile_norms_fused runs (patch(fuse_norms=False / True)), with
+their columns and the default patch's speedup over each."""
 
 from __future__ import annotations
 
 import json
 import sys
+
+VARIANTS = {"mlx_metile_norms_apart": "norms apart", "mlx_metile_norms_fused": "norms fused"}
 
 
 def render(path: str) -> str:
@@ -15,11 +17,11 @@ def render(path: str) -> str:
     for b in data["benchmarks"]:
         e = b["extra_info"]
         rows.setdefault((e["format"], e["phase"], e["batch"]), {})[e["impl"]] = e["tokens"] / b["stats"]["median"]
-    apart = any("mlx_metile_norms_apart" in v for v in rows.values())
+    variants = [k for k in VARIANTS if any(k in v for v in rows.values())]
     head = "| format | phase | batch | stock tokens/s | patched tokens/s | speedup |"
     rule = "|---|---|---|---|---|---|"
-    if apart:
-        head += " norms apart tokens/s | fused norms vs apart |"
+    for k in variants:
+        head += f" {VARIANTS[k]} tokens/s | patched vs {VARIANTS[k]} |"
         rule += "---|---|"
     out = [
         f"device {info.get('device')} - MLX {info.get('mlx_version')} - mlx-metile {info.get('mlx_metile_version')} "
@@ -30,11 +32,9 @@ def render(path: str) -> str:
     ]
     for (fmt, phase, batch), v in sorted(rows.items()):
         stock, ours = v.get("stock"), v.get("mlx_metile")  # (a file may hold one side only)
-        speedup = _ratio(ours, stock)
-        line = f"| {fmt} | {phase} | {batch} | {_rate(stock)} | {_rate(ours)} | {speedup} |"
-        if apart:
-            other = v.get("mlx_metile_norms_apart")
-            line += f" {_rate(other)} | {_ratio(ours, other)} |"
+        line = f"| {fmt} | {phase} | {batch} | {_rate(stock)} | {_rate(ours)} | {_ratio(ours, stock)} |"
+        for k in variants:
+            line += f" {_rate(v.get(k))} | {_ratio(ours, v.get(k))} |"
         out.append(line)
     return "\n".join(out)
 

@@ -10,8 +10,10 @@ one forward of VERIFY draft tokens on the prefilled cache (speculative decoding'
 BENCH_HIDDEN, BENCH_LAYERS, BENCH_INTERMEDIATE and BENCH_HEAD_DIM size the model (Llama-3.1-8B's
 blocks: 4096, 32, 14336, 128); BENCH_DECODE the tokens decoded per round; BENCH_FORMATS which of
 bf16,int4,int8 (default bf16,int4); BENCH_MAX_ROWS patch's max_rows (default: patch's own);
-BENCH_IMPLS which of stock, mlx_metile, mlx_metile_norms_apart (patch(fuse_norms=False): the
-RMSNorms as separate ops, to time their fusion) - default stock,mlx_metile.
+BENCH_IMPLS which of stock, mlx_metile (patch's defaults), mlx_metile_norms_apart and
+mlx_metile_norms_fused (patch(fuse_norms=False / True): the RMSNorms as separate ops, or the input
+norm inside the q/k/v kernel, to time the fusion; the default has been False since the nineteenth
+session) - default stock,mlx_metile.
 Dense projections are replaced on every backend (patch's dense=True; on CUDA its default leaves
 them to stock MLX).
 """
@@ -40,7 +42,11 @@ VERIFY = 4
 FORMATS = os.environ.get("BENCH_FORMATS", "bf16,int4").split(",")  # of bf16, int4, int8 (group 64)
 MAX_ROWS = int(os.environ["BENCH_MAX_ROWS"]) if os.environ.get("BENCH_MAX_ROWS") else None  # patch's default
 IMPLS = os.environ.get("BENCH_IMPLS", "stock,mlx_metile").split(",")
-PATCH_OPTIONS = {"mlx_metile": {}, "mlx_metile_norms_apart": {"fuse_norms": False}}
+PATCH_OPTIONS = {
+    "mlx_metile": {},
+    "mlx_metile_norms_apart": {"fuse_norms": False},
+    "mlx_metile_norms_fused": {"fuse_norms": True},
+}
 if not set(IMPLS) <= {"stock", *PATCH_OPTIONS}:
     raise ValueError(f"BENCH_IMPLS: expected some of stock,{','.join(PATCH_OPTIONS)}, got {IMPLS}")
 

@@ -55,17 +55,20 @@ def cuda_on_cpu(monkeypatch):
     compile_projection.cache_clear()
 
 
-@pytest.mark.parametrize("arch,fmt", [("llama", "q4g64-bf16"), ("llama", "bfloat16"), ("qwen2", "q4g64-bf16")])
-def test_patched_model_on_the_cuda_path_matches_the_unpatched_one(cuda_on_cpu, arch, fmt):
+@pytest.mark.parametrize(
+    "arch,fmt,fuse_norms", [("llama", "q4g64-bf16", True), ("llama", "bfloat16", False), ("qwen2", "q4g64-bf16", False)]
+)
+def test_patched_model_on_the_cuda_path_matches_the_unpatched_one(cuda_on_cpu, arch, fmt, fuse_norms):
     model, reference = make(arch, fmt), make(arch, fmt)
-    report = mt.patch(model)  # its verification probes run the CUDA kernels (on the CPU)
+    report = mt.patch(model, fuse_norms=fuse_norms)  # its verification probes run the CUDA kernels (on the CPU)
     kinds = {k for _, k in report.replaced}
     assert {"qkv", "mlp_swiglu", "residual"} <= kinds, str(report)
     assert report.max_diff <= report.allowed
     assert cuda_on_cpu and all(e.startswith("proj_") for e in cuda_on_cpu), cuda_on_cpu
-    # the input RMSNorm went into the fused q/k/v kernels (bf16 activations and norm weights); the
-    # post-attention one, handed to gate/up too, stays its own op (ops.norm_pays)
-    assert any("_swiglu" not in e and "_rms" in e for e in cuda_on_cpu), cuda_on_cpu
+    # fuse_norms: the input RMSNorm went into the fused q/k/v kernels (bf16 activations and norm
+    # weights); the post-attention one stays its own op before gate/up (ops.norm_pays). Without it
+    # (patch's default) no kernel takes a norm.
+    assert any("_swiglu" not in e and "_rms" in e for e in cuda_on_cpu) == fuse_norms, cuda_on_cpu
     assert not any("_swiglu" in e and "_rms" in e for e in cuda_on_cpu), cuda_on_cpu
     got, want = integration.synthetic_logits(model), integration.synthetic_logits(reference)
     scale = float(mx.abs(want).max())

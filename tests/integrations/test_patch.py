@@ -283,7 +283,7 @@ def test_a_failed_attention_leaves_no_residual_pending(monkeypatch):
     from mlx_lm.models import llama
 
     model = make("llama", "q4g64")
-    assert mt.patch(model)
+    assert mt.patch(model, fuse_norms=True)
     block = model.model.layers[0]
     o_proj = block.self_attn.o_proj
     assert type(o_proj).__name__ == "MetileProjection"
@@ -295,7 +295,7 @@ def test_a_failed_attention_leaves_no_residual_pending(monkeypatch):
 
 
 def test_the_input_norm_goes_into_qkv_and_the_attention_still_gets_its_output(monkeypatch):
-    """A patched block hands its input RMSNorm to the fused q/k/v call (the group's Projection
+    """With fuse_norms=True a patched block hands its input RMSNorm to the fused q/k/v call (the group's Projection
     carries the norm and reads the block's input), while the attention itself still receives
     the normalised x: an attention that also adds x to its output computes what the
     unpatched model does, within patch's verified tolerance."""
@@ -304,7 +304,7 @@ def test_the_input_norm_goes_into_qkv_and_the_attention_still_gets_its_output(mo
     plain = llama.Attention.__call__
     monkeypatch.setattr(llama.Attention, "__call__", lambda self, x, *a, **k: plain(self, x, *a, **k) + x)
     model, reference = make("llama", "q4g64-bf16"), make("llama", "q4g64-bf16")
-    report = mt.patch(model)
+    report = mt.patch(model, fuse_norms=True)
     assert {"qkv", "residual"} <= {kind for _, kind in report.replaced}, str(report)
     block = model.model.layers[0]
     group = block.self_attn.q_proj.group
@@ -317,12 +317,12 @@ def test_the_input_norm_goes_into_qkv_and_the_attention_still_gets_its_output(mo
     assert err <= 2 * report.allowed * scale, f"logits differ by {err:.3g} (scale {scale:.3g})"
 
 
-def test_fuse_norms_false_keeps_the_norms_as_separate_ops():
-    """patch(fuse_norms=False): the q/k/v Projection is not given the input norm (it is with the
-    default; gate/up never is: ops.norm_pays), the model still verifies, and the argument is
-    checked by name."""
+def test_the_norms_stay_separate_ops_unless_fuse_norms_is_set():
+    """patch's default (fuse_norms=False): the q/k/v Projection is not given the input norm (it is
+    with fuse_norms=True; gate/up never is: ops.norm_pays), both models verify, and the argument
+    is checked by name."""
     fused, apart = make("llama", "q4g64-bf16"), make("llama", "q4g64-bf16")
-    assert mt.patch(fused) and mt.patch(apart, fuse_norms=False)
+    assert mt.patch(fused, fuse_norms=True) and mt.patch(apart)
     for model, with_norm in ((fused, True), (apart, False)):
         integration.synthetic_logits(model)
         layer = model.model.layers[0]
