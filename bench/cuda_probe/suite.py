@@ -571,6 +571,19 @@ SUITE_DENSE_XSHARE = {
     f"bf16_{k}x{n}_densexshare": ([*shape("bf16", k, n, 4), "--rows", "16,32"], DENSE_XSHARE)
     for k, n in ((4096, 14336), (14336, 4096), (4096, 4096))
 }
+# s19-groups: at 16-32 rows the staged kernels hold x for a whole stage in registers (4 groups of
+# 16-32 rows: 64-128 a lane); the 4-bit group-64 kernel holds 178 registers at 16 rows (2 blocks per
+# SM) and spills at 32 (255, Nsight Compute h200-2026-11-30-session19-*). Stages of 2 groups (127 /
+# 202 registers there, no spill; the same sums), with 2-4 stages. Measured in the sixth session
+# against the kernels of then (0.99-1.13x at 16-32 rows) and not adopted.
+GROUPS2 = [
+    "default=",
+    f"g2={E}GROUPS=2",
+    f"g2s3={E}GROUPS=2;{E}STAGES=3",
+    f"g2s4={E}GROUPS=2;{E}STAGES=4",
+    "again=",
+]
+SUITE_GROUPS2 = format_suite("groups2", GROUPS2, ("q4g64", "q8g64", "q4g128", "q8g128"), LLAMA_SHAPES, "16,32")
 # by call name; the last is generated unless another is named
 SUITES = {
     "8": SUITE_SWIZZLE,
@@ -612,6 +625,7 @@ SUITES = {
     "s17-smalltiles2": SUITE_SMALLTILES2,
     "s17-rowblocks": SUITE_ROWBLOCKS17,
     "s19-densexshare": SUITE_DENSE_XSHARE,
+    "s19-groups2": SUITE_GROUPS2,
 }
 
 
