@@ -556,7 +556,8 @@ SUITE_ROWBLOCKS17 = {
 # s19-densexshare: bf16 against cuBLAS at 16-32 rows of the wide products (0.93-0.95x through MLX in the
 # seventeenth session; 0.875-0.95x kernel alone, s16-cublas), where each block of 32 columns reads all of
 # x again: the shared-x kernel (lower_mma_xshare, never measured on dense weights) reads x once per
-# block of C x 16 T columns, with the K-split kernel's sums.
+# block of C x 16 T columns, with the K-split kernel's sums. Not adopted (0.51-1.01x,
+# h200-ab-2026-11-30-session19.json).
 DENSE_XSHARE = [
     "default=",
     f"xs4={E}XSHARE=4",
@@ -571,11 +572,12 @@ SUITE_DENSE_XSHARE = {
     f"bf16_{k}x{n}_densexshare": ([*shape("bf16", k, n, 4), "--rows", "16,32"], DENSE_XSHARE)
     for k, n in ((4096, 14336), (14336, 4096), (4096, 4096))
 }
-# s19-groups: at 16-32 rows the staged kernels hold x for a whole stage in registers (4 groups of
+# s19-groups2: at 16-32 rows the staged kernels hold x for a whole stage in registers (4 groups of
 # 16-32 rows: 64-128 a lane); the 4-bit group-64 kernel holds 178 registers at 16 rows (2 blocks per
 # SM) and spills at 32 (255, Nsight Compute h200-2026-11-30-session19-*). Stages of 2 groups (127 /
 # 202 registers there, no spill; the same sums), with 2-4 stages. Measured in the sixth session
-# against the kernels of then (0.99-1.13x at 16-32 rows) and not adopted.
+# against the kernels of then (0.99-1.13x at 16-32 rows) and not adopted; nor now (0.82-1.06x,
+# h200-ab-2026-11-30-session19.json).
 GROUPS2 = [
     "default=",
     f"g2={E}GROUPS=2",

@@ -201,11 +201,12 @@ def fused_block_call(self, x: mx.array, mask=None, cache=None):
     attention's output projection adds the first residual where it is an mlx_metile
     projection (one kernel and one graph node fewer per block; if the attention returns
     something other than that projection's output, patch's verification declines the block).
-    Its RMSNorms go into the projections after them where ops fuses them (ops.norm_pays: now
-    the input one into a fused q/k/v call, announced to the group with the norm's output,
-    which the attention still receives: whatever else it does with it stays correct); elsewhere
-    they stay their own ops (on the H200 handing gate/up a norm that ops then composed ran
-    0.54-0.81x of keeping it apart, end to end, while ops did not yet plan such calls)."""
+    With patch(fuse_norms=True) (off by default) its RMSNorms go into the projections after them
+    where ops fuses them (ops.norm_pays: now the input one into a fused q/k/v call, announced to
+    the group with the norm's output, which the attention still receives: whatever else it does
+    with it stays correct); elsewhere they stay their own ops (on the H200 handing gate/up a norm
+    that ops then composed ran 0.54-0.81x of keeping it apart, end to end, while ops did not yet
+    plan such calls)."""
     attn = self["self_attn"]
     o_proj = attn.get("o_proj")
     fuse = type(o_proj) is MetileProjection
