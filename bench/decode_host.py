@@ -33,15 +33,10 @@ from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mlx_metile as mt  # noqa: E402
-from bench.random_llama import FORMATS, random_llama  # noqa: E402
+from bench.random_llama import FORMATS, PATCH_OPTIONS, random_llama  # noqa: E402
 from mlx_metile import ops  # noqa: E402
 
 PROMPT = 24  # tokens prefilled before the timed steps
-PATCH_OPTIONS = {
-    "mlx_metile": {},
-    "mlx_metile_norms_apart": {"fuse_norms": False},
-    "mlx_metile_norms_fused": {"fuse_norms": True},
-}
 
 
 def model_of(layers: int, fmt: str, impl: str) -> nn.Module:

@@ -8,6 +8,13 @@ import mlx.nn as nn
 from mlx_lm.models import llama
 
 FORMATS = ("bf16", "int4", "int8")  # int4 / int8: nn.quantize with group 64
+# The patched variants the end-to-end benchmarks compare with stock (mlx_metile.patch's keyword
+# arguments; "stock" is the unpatched model): patch's defaults, and each RMSNorm setting forced.
+PATCH_OPTIONS = {
+    "mlx_metile": {},
+    "mlx_metile_norms_apart": {"fuse_norms": False},
+    "mlx_metile_norms_fused": {"fuse_norms": True},
+}
 
 
 def random_llama(

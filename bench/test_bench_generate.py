@@ -30,7 +30,7 @@ from mlx_lm.models.cache import make_prompt_cache
 import mlx_metile as mt
 from mlx_metile import ops
 
-from .random_llama import random_llama
+from .random_llama import PATCH_OPTIONS, random_llama
 
 HIDDEN = int(os.environ.get("BENCH_HIDDEN", "512"))
 LAYERS = int(os.environ.get("BENCH_LAYERS", "2"))
@@ -42,11 +42,6 @@ VERIFY = 4
 FORMATS = os.environ.get("BENCH_FORMATS", "bf16,int4").split(",")  # of bf16, int4, int8 (group 64)
 MAX_ROWS = int(os.environ["BENCH_MAX_ROWS"]) if os.environ.get("BENCH_MAX_ROWS") else None  # patch's default
 IMPLS = os.environ.get("BENCH_IMPLS", "stock,mlx_metile").split(",")
-PATCH_OPTIONS = {
-    "mlx_metile": {},
-    "mlx_metile_norms_apart": {"fuse_norms": False},
-    "mlx_metile_norms_fused": {"fuse_norms": True},
-}
 if not set(IMPLS) <= {"stock", *PATCH_OPTIONS}:
     raise ValueError(f"BENCH_IMPLS: expected some of stock,{','.join(PATCH_OPTIONS)}, got {IMPLS}")
 
