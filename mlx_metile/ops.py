@@ -316,9 +316,7 @@ def _project(
             if inner is not None:  # the next such call: the norm, then this plan, without the checks
                 key = key or _plan_key(op, x_in, weights, biases, epilogue, residual_in, norm)
                 if key is not None:
-                    if len(_PLANS) >= _PLANS_LIMIT:
-                        _PLANS.clear()
-                    _PLANS[key] = _NormFirstPlan(inner, norm_eps)
+                    _keep_plan(key, _NormFirstPlan(inner, norm_eps))
             return outs
     if backend == "mlx":
         outs = fused_reference(x2, weights, biases, epilogue, res2)
@@ -345,9 +343,7 @@ def _project(
             if plannable and key is None:  # (not computed above while no plan existed)
                 key = _plan_key(op, x_in, weights, biases, epilogue, residual_in, norm)
             if key is not None:
-                if len(_PLANS) >= _PLANS_LIMIT:
-                    _PLANS.clear()
-                _PLANS[key] = plan
+                _keep_plan(key, plan)
         _record(op, rows, K, Ns, formats, epilogue, residual is not None, backend, artifact.entry)
         return outs
     inputs = [x2, *weight_inputs(weights, biases)]
@@ -597,8 +593,17 @@ def _cuda_plan_of(artifact, x, residual, out_dtype, rows, cols, scalars, lead, o
     return _CudaPlan(artifact, x_cast, res_cast, out_dtype, rows, cols, scalars, lead, out_ns)
 
 
-_PLANS: dict[tuple, _CudaPlan] = {}
+_PLANS: dict[tuple, _CudaPlan | _NormFirstPlan] = {}
 _PLANS_LIMIT = 4096
+
+
+def _keep_plan(key: tuple, plan: _CudaPlan | _NormFirstPlan) -> None:
+    """Keep a checked call's plan for the next call with its key (at most _PLANS_LIMIT at once)."""
+    if len(_PLANS) >= _PLANS_LIMIT:
+        _PLANS.clear()
+    _PLANS[key] = plan
+
+
 _per_call_settings = raw_settings("MLX_METILE_CUDA_GRADIENTS", "MLX_METILE_CUDA_MAX_ROWS")
 
 
