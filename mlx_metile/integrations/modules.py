@@ -182,17 +182,14 @@ class FusedSwiGLU(nn.Module):
         object.__setattr__(self, "max_rows", max_rows)
         object.__setattr__(self, "gate_up", ProjectionCache("swiglu"))
         object.__setattr__(self, "down", ProjectionCache())
-        object.__setattr__(self, "takes_norm", norm_pays("swiglu", self.gate_proj.weight.shape[0]))  # (False: see ops)
 
-    def __call__(self, x: mx.array, residual: mx.array | None = None, norm: nn.RMSNorm | None = None) -> mx.array:
-        """`norm`: an RMSNorm to apply to x first, inside the gate/up kernel where ops fuses it
-        (fused_block_call passes the block's only where `takes_norm`: no shape now, see ops)."""
+    def __call__(self, x: mx.array, residual: mx.array | None = None) -> mx.array:
         if rows_of(x) > self.max_rows:
             _record_fallback("fused_linear", x, self.gate_proj.weight.shape[0])
-            out = self.original(x if norm is None else norm(x))
+            out = self.original(x)
             return out if residual is None else residual + out
         gate, up, down = self["gate_proj"], self["up_proj"], self["down_proj"]  # (not Module.__getattr__: slower)
-        h = self.gate_up.get((gate, up), (gate, up), norm)(x)
+        h = self.gate_up.get((gate, up), (gate, up))(x)
         return self.down.get((down,), (down,))(h, residual)
 
 
@@ -201,12 +198,10 @@ def fused_block_call(self, x: mx.array, mask=None, cache=None):
     attention's output projection adds the first residual where it is an mlx_metile
     projection (one kernel and one graph node fewer per block; if the attention returns
     something other than that projection's output, patch's verification declines the block).
-    With patch(fuse_norms=True) (off by default) its RMSNorms go into the projections after them
-    where ops fuses them (ops.norm_pays: now the input one into a fused q/k/v call, announced to
-    the group with the norm's output, which the attention still receives: whatever else it does
-    with it stays correct); elsewhere they stay their own ops (on the H200 handing gate/up a norm
-    that ops then composed ran 0.54-0.81x of keeping it apart, end to end, while ops did not yet
-    plan such calls)."""
+    With patch(fuse_norms=True) (off by default) its input RMSNorm goes into the fused q/k/v call
+    where ops fuses it (ops.norm_pays), announced to the group with the norm's output, which the
+    attention still receives: whatever else it does with it stays correct. The post-attention norm
+    stays its own op: ops never fuses a norm before the SwiGLU gate/up (slower on the H200)."""
     attn = self["self_attn"]
     o_proj = attn.get("o_proj")
     fuse = type(o_proj) is MetileProjection
@@ -214,9 +209,8 @@ def fused_block_call(self, x: mx.array, mask=None, cache=None):
         object.__setattr__(o_proj, "residual_next", x)
     input_norm = self["input_layernorm"]
     xn = input_norm(x)
-    fuse_norms = self.metile_fuse_norms
     q_proj = attn.get("q_proj")
-    fusable = fuse_norms and type(q_proj) is QKVMember and type(input_norm) is nn.RMSNorm
+    fusable = self.metile_fuse_norms and type(q_proj) is QKVMember and type(input_norm) is nn.RMSNorm
     group = q_proj.group if fusable and q_proj.group.takes_norm else None
     if group is not None:
         group.norm_next = (xn, x, input_norm)
@@ -229,11 +223,7 @@ def fused_block_call(self, x: mx.array, mask=None, cache=None):
         if fuse and not taken:  # the attention did not call it (or raised): nothing left pending
             object.__setattr__(o_proj, "residual_next", None)
     h = r if taken else x + r
-    norm = self["post_attention_layernorm"]
-    mlp = self["mlp"]
-    if fuse_norms and type(norm) is nn.RMSNorm and type(mlp) is FusedSwiGLU and mlp.takes_norm:
-        return mlp(h, residual=h, norm=norm)  # into the gate/up kernel (not subclasses: Gemma's adds 1)
-    return mlp(norm(h), residual=h)
+    return self["mlp"](self["post_attention_layernorm"](h), residual=h)
 
 
 def embedding_as_linear(self, x: mx.array) -> mx.array:
