@@ -47,19 +47,17 @@ def model_of(layers: int, fmt: str, impl: str) -> nn.Module:
     return model
 
 
-def prefilled(model: nn.Module) -> tuple[list, mx.array]:
-    """A cache holding a 24-token random prompt, and its last token."""
+def prefilled(model: nn.Module, batch: int = 1) -> tuple[list, mx.array]:
+    """A cache holding a random PROMPT-token prompt per sequence, and the prompts."""
     cache = make_prompt_cache(model)
-    prompt = mx.random.randint(0, 8192, (1, PROMPT))
+    prompt = mx.random.randint(0, 8192, (batch, PROMPT))
     mx.eval(model(prompt, cache=cache))
-    return cache, prompt[:, -1:]
+    return cache, prompt
 
 
 def verify_times(model: nn.Module, batch: int, rows: int, count: int) -> list[float]:
     """Seconds of `count` evaluated forwards of `rows` draft tokens per sequence after a 24-token prompt."""
-    cache = make_prompt_cache(model)
-    prompt = mx.random.randint(0, 8192, (batch, PROMPT))
-    mx.eval(model(prompt, cache=cache))
+    cache, prompt = prefilled(model, batch)
     draft = prompt[:, -rows:]
     times = []
     for _ in range(count):
@@ -77,7 +75,8 @@ def next_token(model: nn.Module, tok: mx.array, cache: list) -> mx.array:
 
 def per_token(model: nn.Module, tokens: int) -> tuple[list[float], list[float]]:
     """(build seconds, eval seconds) of each token after a 24-token prompt."""
-    cache, tok = prefilled(model)
+    cache, prompt = prefilled(model)
+    tok = prompt[:, -1:]
     build, run = [], []
     for _ in range(tokens):
         t0 = time.perf_counter()
@@ -96,7 +95,8 @@ def overlapped(model: nn.Module, tokens: int) -> tuple[list[float], ...]:
     mx.async_eval while the GPU computes this one): per token (build, async_eval, wait)
     seconds - async_eval's own time is MLX encoding the graph on this thread - and the mean
     seconds per token over the whole loop."""
-    cache, tok = prefilled(model)
+    cache, prompt = prefilled(model)
+    tok = prompt[:, -1:]
     build, encode, wait = [], [], []
     start = time.perf_counter()
     for _ in range(tokens):
