@@ -1,0 +1,316 @@
+// Copy-only probe of shared-memory ring patterns for MLX's int4 layout on the H200: how fast
+// does each way of staging w[N][K/8] (uint32) + scales/biases[N][K/64] (bf16) into shared
+// memory stream from HBM, with nothing computed? The int4 kernel's ring copies alone reached
+// only 49% of DRAM peak (seventh session) while whole-column direct loads (int4_loads.cu) read
+// 3.4-3.6 TB/s; this asks whether the ring's 128-byte runs are why.
+// Build and run: nvcc -O3 -arch=sm_90 -o probe ring_patterns.cu && ./probe [N]
+// Prints one JSON line per pattern: median us and GB/s over launches rotating through a pool
+// of weight sets 8x larger than L2.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+constexpr int K = 4096, GS = 64;
+constexpr int COLB = K / 2, SCB = K / GS * 2;  // bytes of one column's weights, scales
+constexpr int POOL = 8;
+
+struct Set {
+  const char* w;
+  const char* s;
+  const char* z;
+};
+
+__device__ unsigned sink;
+
+__device__ __forceinline__ void cp16(void* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp8(void* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wait_groups() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// touch the slot so the copies count: one word per lane
+__device__ __forceinline__ unsigned touch(const unsigned char* slot, int lane) {
+  return *reinterpret_cast<const unsigned*>(slot + lane * 4);
+}
+
+// The default int4 kernel's ring: block = 4 warps x 32 columns, each warp a quarter of K;
+// a stage = 32 columns x 128 bytes (4 groups), lane/8 picks the column within 4, lane%8 the
+// 16-byte piece; scales and biases 8 bytes a column; D slots, all warps independent.
+template <int D>
+__global__ void __launch_bounds__(128, 4) ring_cur(Set st) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  constexpr int SLOT = 32 * 160 + 512;
+  __shared__ __align__(16) unsigned char ring[4][D][SLOT];
+  const int n0 = blockIdx.x * 32;
+  const int kb0 = warp * (COLB / 4);  // byte offset of this warp's K range
+  constexpr int nst = COLB / 4 / 128;
+  unsigned acc = 0;
+  auto issue = [&](int s) {
+    unsigned char* dst = ring[warp][s % D];
+    for (int i = 0; i < 8; ++i) {
+      const int c = i * 4 + lane / 8;
+      cp16(dst + c * 160 + (lane % 8) * 16, st.w + size_t(n0 + c) * COLB + kb0 + s * 128 + (lane % 8) * 16);
+    }
+    const int sg = (kb0 * 2 / GS + s * 4) * 2;  // scale byte offset
+    cp8(dst + 5120 + lane * 8, st.s + size_t(n0 + lane) * SCB + sg);
+    cp8(dst + 5376 + lane * 8, st.z + size_t(n0 + lane) * SCB + sg);
+    commit();
+  };
+  for (int s = 0; s < D - 1; ++s) issue(s);
+#pragma unroll 1
+  for (int s = 0; s < nst; ++s) {
+    if (s + D - 1 < nst)
+      issue(s + D - 1);
+    else
+      commit();
+    wait_groups<D - 1>();
+    __syncwarp();
+    acc ^= touch(ring[warp][s % D], lane);
+    __syncwarp();
+  }
+  if (acc == 0x9e3779b9u) sink = acc;
+}
+
+// Long runs: the same block and K split, but a stage = 8 columns x the warp's whole 512-byte
+// K range, every copy instruction one column's 512 contiguous bytes.
+template <int D>
+__global__ void __launch_bounds__(128, 4) ring_long(Set st) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  constexpr int SLOT = 8 * 528 + 512;
+  __shared__ __align__(16) unsigned char ring[4][D][SLOT];
+  const int n0 = blockIdx.x * 32;
+  const int kb0 = warp * (COLB / 4);
+  constexpr int nst = 4;
+  unsigned acc = 0;
+  auto issue = [&](int s) {
+    unsigned char* dst = ring[warp][s % D];
+    for (int c = 0; c < 8; ++c)
+      cp16(dst + c * 528 + lane * 16, st.w + size_t(n0 + s * 8 + c) * COLB + kb0 + lane * 16);
+    // 8 columns x 16 groups x 2 bytes = 256 bytes each of scales and biases: lanes 0-15 / 16-31
+    const int c = lane / 4, piece = lane % 4;  // 8 columns x 4 pieces of 8 bytes
+    const int sg = kb0 * 2 / GS * 2;
+    cp8(dst + 4224 + c * 32 + piece * 8, st.s + size_t(n0 + s * 8 + c) * SCB + sg + piece * 8);
+    cp8(dst + 4224 + 256 + c * 32 + piece * 8, st.z + size_t(n0 + s * 8 + c) * SCB + sg + piece * 8);
+    commit();
+  };
+  for (int s = 0; s < D - 1; ++s) issue(s);
+#pragma unroll 1
+  for (int s = 0; s < nst; ++s) {
+    if (s + D - 1 < nst)
+      issue(s + D - 1);
+    else
+      commit();
+    wait_groups<D - 1>();
+    __syncwarp();
+    acc ^= touch(ring[warp][s % D], lane);
+    __syncwarp();
+  }
+  if (acc == 0x9e3779b9u) sink = acc;
+}
+
+// Whole columns: K not split; warp w of a 32-column block takes columns w*8 .. w*8+7, a stage
+// = 2 columns x the whole 2048 bytes (4 copy instructions of 512 contiguous bytes each).
+template <int D>
+__global__ void __launch_bounds__(128, 4) ring_col(Set st) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  constexpr int SLOT = 2 * (COLB + 16) + 2 * 2 * SCB;
+  __shared__ __align__(16) unsigned char ring[4][D][SLOT];
+  const int n0 = blockIdx.x * 32 + warp * 8;
+  constexpr int nst = 4;
+  unsigned acc = 0;
+  auto issue = [&](int s) {
+    unsigned char* dst = ring[warp][s % D];
+    for (int c = 0; c < 2; ++c)
+      for (int q = 0; q < 4; ++q)
+        cp16(dst + c * (COLB + 16) + q * 512 + lane * 16,
+             st.w + size_t(n0 + s * 2 + c) * COLB + q * 512 + lane * 16);
+    // 2 columns x 128 bytes of scales (contiguous: 256 bytes), biases the same: 16 lanes each
+    if (lane < 16)
+      cp16(dst + 2 * (COLB + 16) + lane * 16, st.s + size_t(n0 + s * 2) * SCB + lane * 16);
+    else
+      cp16(dst + 2 * (COLB + 16) + 256 + (lane - 16) * 16, st.z + size_t(n0 + s * 2) * SCB + (lane - 16) * 16);
+    commit();
+  };
+  for (int s = 0; s < D - 1; ++s) issue(s);
+#pragma unroll 1
+  for (int s = 0; s < nst; ++s) {
+    if (s + D - 1 < nst)
+      issue(s + D - 1);
+    else
+      commit();
+    wait_groups<D - 1>();
+    __syncwarp();
+    acc ^= touch(ring[warp][s % D], lane);
+    __syncwarp();
+  }
+  if (acc == 0x9e3779b9u) sink = acc;
+}
+
+// Bulk copies (TMA, cp.async.bulk): a block of C columns' weights is one contiguous region of
+// C * 2048 bytes, its scales and biases C * 128 each. Thread 0 issues a stage of CS columns
+// (weights, scales, biases) on an mbarrier; all threads wait on it. D slots; the block loops
+// over its C columns in C / CS stages.
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(a), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(unsigned long long* bar, unsigned bytes) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(d),
+      "l"(src), "r"(bytes), "r"(b)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  asm volatile(
+      "{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(a),
+      "r"(parity)
+      : "memory");
+}
+
+template <int C, int CS, int D>
+__global__ void __launch_bounds__(128) bulk_cols(Set st, int n_cols) {
+  constexpr int SLOT = CS * COLB + 2 * CS * SCB;
+  extern __shared__ __align__(128) unsigned char dyn[];
+  __shared__ __align__(8) unsigned long long bars[D];
+  const int lane = threadIdx.x & 31;
+  constexpr int nst = C / CS;
+  unsigned acc = 0;
+  if (threadIdx.x == 0)
+    for (int i = 0; i < D; ++i) mbar_init(&bars[i], 1);
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  __syncthreads();
+  // persistent: block b takes column blocks b, b + grid, ...
+  int phase[D] = {};
+  for (int cb = blockIdx.x; cb * C < n_cols; cb += gridDim.x) {
+    const int n0 = cb * C;
+    auto issue = [&](int s) {
+      if (threadIdx.x == 0) {
+        unsigned char* dst = dyn + (s % D) * SLOT;
+        unsigned long long* bar = &bars[s % D];
+        mbar_expect(bar, SLOT);
+        bulk(dst, st.w + size_t(n0 + s * CS) * COLB, CS * COLB, bar);
+        bulk(dst + CS * COLB, st.s + size_t(n0 + s * CS) * SCB, CS * SCB, bar);
+        bulk(dst + CS * COLB + CS * SCB, st.z + size_t(n0 + s * CS) * SCB, CS * SCB, bar);
+      }
+    };
+    for (int s = 0; s < D - 1 && s < nst; ++s) issue(s);
+#pragma unroll 1
+    for (int s = 0; s < nst; ++s) {
+      if (s + D - 1 < nst) issue(s + D - 1);
+      mbar_wait(&bars[s % D], phase[s % D]);
+      phase[s % D] ^= 1;
+      acc ^= touch(dyn + (s % D) * SLOT, lane + (threadIdx.x >> 5) * 32);
+      __syncthreads();  // the slot is free again before anyone refills it
+    }
+  }
+  if (acc == 0x9e3779b9u) sink = acc;
+}
+
+template <int U>
+__global__ void flat(const uint4* p, size_t n) {
+  unsigned acc = 0;
+  size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride * U) {
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) v[u] = (i + u * stride < n) ? p[i + u * stride] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (acc == 0x9e3779b9u) sink = acc;
+}
+
+static size_t g_bytes;
+
+template <class F>
+void timeit(const char* name, F launch) {
+  cudaEvent_t ev[41];
+  for (auto& e : ev) cudaEventCreate(&e);
+  for (int i = 0; i < 2 * POOL; ++i) launch(i % POOL);
+  cudaEventRecord(ev[0]);
+  std::vector<float> ms;
+  for (int i = 0; i < 40; ++i) {
+    launch(i % POOL);
+    cudaEventRecord(ev[i + 1]);
+  }
+  cudaEventSynchronize(ev[40]);
+  for (int i = 0; i < 40; ++i) {
+    float m;
+    cudaEventElapsedTime(&m, ev[i], ev[i + 1]);
+    ms.push_back(m);
+  }
+  std::sort(ms.begin(), ms.end());
+  double us = ms[20] * 1e3;
+  cudaError_t err = cudaGetLastError();
+  printf("{\"pattern\": \"%s\", \"us\": %.2f, \"GBps\": %.0f, \"error\": \"%s\"}\n", name, us, g_bytes / (us * 1e3),
+         cudaGetErrorString(err));
+  fflush(stdout);
+  for (auto& e : ev) cudaEventDestroy(e);
+}
+
+template <int C, int CS, int D>
+void run_bulk(const char* name, std::vector<Set>& sets, int n, int grid) {
+  constexpr int SLOT = CS * COLB + 2 * CS * SCB;
+  cudaFuncSetAttribute(bulk_cols<C, CS, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, D * SLOT);
+  timeit(name, [&](int p) { bulk_cols<C, CS, D><<<grid, 128, D * SLOT>>>(sets[p], n); });
+}
+
+int main(int argc, char** argv) {
+  const int N = argc > 1 ? atoi(argv[1]) : 14336;
+  const size_t wbytes = size_t(N) * COLB, sbytes = size_t(N) * SCB;
+  g_bytes = wbytes + 2 * sbytes;
+  std::vector<Set> sets;
+  for (int p = 0; p < POOL; ++p) {
+    void *w, *s, *z;
+    cudaMalloc(&w, wbytes);
+    cudaMalloc(&s, sbytes);
+    cudaMalloc(&z, sbytes);
+    cudaMemset(w, p + 1, wbytes);
+    cudaMemset(s, 1, sbytes);
+    cudaMemset(z, 2, sbytes);
+    sets.push_back({(const char*)w, (const char*)s, (const char*)z});
+  }
+  std::vector<void*> flatbufs;
+  const size_t n16 = g_bytes / 16;
+  for (int p = 0; p < POOL; ++p) {
+    void* f;
+    cudaMalloc(&f, n16 * 16);
+    cudaMemset(f, 3, n16 * 16);
+    flatbufs.push_back(f);
+  }
+  int sms;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  auto F = [&](int p) { return (const uint4*)flatbufs[p]; };
+  timeit("flat u4 grid=sms*8x256", [&](int p) { flat<4><<<sms * 8, 256>>>(F(p), n16); });
+  timeit("flat u8 grid=sms*2x256", [&](int p) { flat<8><<<sms * 2, 256>>>(F(p), n16); });
+  timeit("ring_cur D2 (default kernel's copies)", [&](int p) { ring_cur<2><<<N / 32, 128>>>(sets[p]); });
+  timeit("ring_long D2 (512-byte runs)", [&](int p) { ring_long<2><<<N / 32, 128>>>(sets[p]); });
+  timeit("ring_col D2 (whole columns)", [&](int p) { ring_col<2><<<N / 32, 128>>>(sets[p]); });
+  run_bulk<32, 8, 2>("bulk C32 CS8 D2 grid=N/32", sets, N, N / 32);
+  run_bulk<32, 4, 3>("bulk C32 CS4 D3 grid=N/32", sets, N, N / 32);
+  run_bulk<16, 4, 2>("bulk C16 CS4 D2 grid=N/16", sets, N, N / 16);
+  run_bulk<16, 4, 4>("bulk C16 CS4 D4 grid=N/16", sets, N, N / 16);
+  run_bulk<32, 8, 3>("bulk C32 CS8 D3 persistent grid=sms*2", sets, N, sms * 2);
+  run_bulk<32, 4, 4>("bulk C32 CS4 D4 persistent grid=sms*3", sets, N, sms * 3);
+  run_bulk<16, 2, 4>("bulk C16 CS2 D4 persistent grid=sms*4", sets, N, sms * 4);
+  run_bulk<32, 8, 4>("bulk C32 CS8 D4 persistent grid=sms", sets, N, sms);
+  return 0;
+}
