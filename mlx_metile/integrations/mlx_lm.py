@@ -168,7 +168,7 @@ def _discover(
                 covered.update(id(m) for m in members)
             elif all(supported(m) for m in members) and _k(members[0]) == _k(members[1]):
                 fused = FusedSwiGLU(mod, max_rows)
-                part = _replace_part(container, key, mod, fused, path, "mlp_swiglu")
+                part = _mlp_part(container, key, mod, fused, path)
                 part.probe = lambda mod=mod, fused=fused: _probe(mod, fused, mod["gate_proj"])
                 parts.append(part)
                 mlp_parts[id(mod)] = part
@@ -216,6 +216,23 @@ def _replace_part(container, key, old: nn.Module, new: nn.Module, path: str, kin
         _set(container, key, old)
 
     return Part(path, kind, lambda: _set(container, key, new), undo)
+
+
+def _mlp_part(container, key, old: nn.Module, fused: FusedSwiGLU, path: str) -> Part:
+    """The MLP replaced by `fused`, which watches its projections while installed."""
+    part = _replace_part(container, key, old, fused, path, "mlp_swiglu")
+    put, take = part.apply, part.undo
+
+    def apply():
+        put()
+        fused.watch_children(True)
+
+    def undo():
+        fused.watch_children(False)
+        take()
+
+    part.apply, part.undo = apply, undo
+    return part
 
 
 def _qkv_part(attn: nn.Module, path: str, members: list, max_rows: int) -> Part:

@@ -29,23 +29,68 @@ def weight_of(layer: nn.Module, arrays: nn.Module | None = None):
     return src["weight"], bias
 
 
+# Bumped by every item assignment or deletion on a watched module: the replacement modules
+# (MetileProjection, QKVMember, FusedSwiGLU) and, while a FusedSwiGLU is installed, the original
+# projections it reads. nn.Module keeps arrays and children as dict items and sets them through
+# item assignment (Module.__setattr__, Module.update, load_weights), so an unchanged version means
+# no array a ProjectionCache reads was replaced.
+_VERSION = [0]
+
+
+def _watched_setitem(self, key, value) -> None:
+    _VERSION[0] += 1
+    dict.__setitem__(self, key, value)
+
+
+def _watched_delitem(self, key) -> None:
+    _VERSION[0] += 1
+    dict.__delitem__(self, key)
+
+
+class Watched:
+    """Mixin of the replacement modules: item assignment bumps _VERSION (see there)."""
+
+    __setitem__ = _watched_setitem
+    __delitem__ = _watched_delitem
+
+
+def watch(module: nn.Module) -> None:
+    """Make item assignment on `module` (an original projection a FusedSwiGLU reads) bump
+    _VERSION: its class becomes a subclass that does (isinstance is unchanged; unwatch undoes it)."""
+    if not isinstance(module, Watched) and not hasattr(type(module), "_metile_kind"):
+        swap_class(module, "watched", {"__setitem__": _watched_setitem, "__delitem__": _watched_delitem})
+
+
+def unwatch(module: nn.Module) -> None:
+    if getattr(type(module), "_metile_kind", None) == "watched":
+        module.__class__ = type(module).__mro__[1]
+
+
 class ProjectionCache:
     """A Projection over some layers' weights, made again only when one of the modules their
     arrays are read from, or one of its arrays, changed (so parameter updates reach the kernels).
-    The check compares object ids, in C: the Projection holds the arrays and modules seen, so
-    their ids cannot be reused meanwhile. Making it on every call cost about a fifth of a patched
-    Llama block's host time (8B shapes, 1 row); a Python-level identity check, a tenth."""
+    While _VERSION is unchanged nothing was replaced and the Projection is returned at once (a
+    patched Llama block makes four of these calls a token); otherwise the object ids are
+    compared, in C: the Projection holds the arrays and modules seen, so their ids cannot be
+    reused meanwhile. Making it on every call cost about a fifth of a patched Llama block's host
+    time (8B shapes, 1 row); the id check alone, about 2 us a call (H200 host, cProfile)."""
 
     def __init__(self, epilogue: str | None = None):
         self.epilogue = epilogue
+        self.version = -1
+        self.norm_ids: tuple = ()
         self.state: tuple = ()
         self.held: tuple = ()
         self.projection: Projection | None = None
 
     def get(self, layers: tuple, sources: tuple, norm: nn.RMSNorm | None = None) -> Projection:
         """The Projection of `layers` (their quantization settings, fixed) with each one's
-        arrays read from the matching module of `sources`, after `norm` where given."""
+        arrays read from the matching module of `sources` (watched modules), after `norm` where
+        given (an RMSNorm, which is not watched: its module and weight are checked every call)."""
         extra = () if norm is None else (norm, norm["weight"])
+        norm_ids = () if norm is None else (id(norm), id(extra[1]))
+        if self.version == _VERSION[0] and norm_ids == self.norm_ids:
+            return self.projection
         state = tuple(map(id, chain(layers, sources, *map(dict.values, sources), extra)))
         if state != self.state:
             pairs = [weight_of(layer, src) for layer, src in zip(layers, sources)]
@@ -55,6 +100,7 @@ class ProjectionCache:
             )
             self.held = (*layers, *sources, *chain(*map(dict.values, sources)), *extra)  # (their ids stay theirs)
             self.state = state
+        self.version, self.norm_ids = _VERSION[0], norm_ids
         return self.projection
 
 
@@ -85,13 +131,14 @@ def _mirror(dst: nn.Module, src: nn.Module) -> None:
 
 
 def carry_back(replacement: nn.Module, original: nn.Module) -> None:
-    """On restore: the arrays a replacement mirrors (perhaps updated since) back into the original."""
+    """On restore: the arrays a replacement mirrors (perhaps updated since), and the modules it
+    keeps as children (perhaps swapped since: FusedSwiGLU's projections), back into the original."""
     for key, value in replacement.items():
-        if isinstance(value, mx.array) and key in original:
+        if isinstance(value, (mx.array, nn.Module)) and key in original:
             original[key] = value
 
 
-class MetileProjection(nn.Module):
+class MetileProjection(Watched, nn.Module):
     """One Linear / QuantizedLinear computed by mlx_metile."""
 
     def __init__(self, original: nn.Module, max_rows: int):
@@ -156,7 +203,7 @@ class QKVGroup:
         return mine
 
 
-class QKVMember(nn.Module):
+class QKVMember(Watched, nn.Module):
     def __init__(self, group: QKVGroup, index: int):
         super().__init__()
         _mirror(self, group.originals[index])
@@ -169,9 +216,13 @@ class QKVMember(nn.Module):
         return self.group.result(self.index, x)
 
 
-class FusedSwiGLU(nn.Module):
+class FusedSwiGLU(Watched, nn.Module):
     """down(silu(gate(x)) * up(x)) [+ residual] as two fused calls. Keeps the
-    original projections as children under their names."""
+    original projections as children under their names; while installed (watch_children)
+    they are watched (see _VERSION), and so is a projection assigned in their place."""
+
+    CHILDREN = ("gate_proj", "up_proj", "down_proj")
+    watching = False  # (a class attribute: __init__'s assignments come through __setitem__)
 
     def __init__(self, original: nn.Module, max_rows: int):
         super().__init__()
@@ -182,6 +233,18 @@ class FusedSwiGLU(nn.Module):
         object.__setattr__(self, "max_rows", max_rows)
         object.__setattr__(self, "gate_up", ProjectionCache("swiglu"))
         object.__setattr__(self, "down", ProjectionCache())
+
+    def watch_children(self, on: bool) -> None:
+        """Watch the projections under CHILDREN (on), or give them their own classes back."""
+        object.__setattr__(self, "watching", on)
+        for name in self.CHILDREN:
+            (watch if on else unwatch)(self[name])
+
+    def __setitem__(self, key, value) -> None:
+        if self.watching and key in self.CHILDREN and isinstance(value, nn.Module):
+            unwatch(self[key])
+            watch(value)
+        _watched_setitem(self, key, value)
 
     def __call__(self, x: mx.array, residual: mx.array | None = None) -> mx.array:
         if rows_of(x) > self.max_rows:

@@ -237,6 +237,35 @@ def test_a_projection_module_swapped_in_reaches_the_kernels():
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
 
 
+def test_arrays_set_on_a_fused_mlps_projections_reach_the_kernels():
+    """An array assigned straight onto a projection under a patched MLP - one of the originals,
+    or one swapped in after patching - reaches the fused kernels (the MLP watches its projections:
+    modules._VERSION), the projections keep their types for isinstance, and restore() gives them
+    their own classes back."""
+    patched, reference = make("llama", "float32"), make("llama", "float32")
+    report = mt.patch(patched)
+    assert report
+    mlp, ref_mlp = patched.model.layers[0].mlp, reference.model.layers[0].mlp
+    assert isinstance(mlp.gate_proj, nn.Linear) and type(mlp.gate_proj) is not nn.Linear
+    for proj, ref in ((mlp.gate_proj, ref_mlp.gate_proj), (mlp.down_proj, ref_mlp.down_proj)):
+        before = logits(patched)
+        proj.weight = proj.weight * -1.5
+        ref.weight = ref.weight * -1.5
+        want, got = logits(reference), logits(patched)
+        assert np.abs(got - before).max() > 0.1 * np.abs(want).max()  # the assignment changed the outputs
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
+    other = make("llama", "float32", seed=5).model.layers[0].mlp.up_proj
+    mlp.up_proj = other
+    ref_mlp.up_proj = other
+    logits(patched)  # (the new module's weights built)
+    other.weight = other.weight * 3.0  # one object, under both models
+    want, got = logits(reference), logits(patched)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
+    report.restore()
+    assert all(type(m) is nn.Linear for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj))
+    np.testing.assert_array_equal(logits(patched), want)
+
+
 def test_default_max_rows_by_backend_and_format(monkeypatch):
     """32 rows on the CPU; on MLX's CUDA backend 32 for quantized models and 4 for dense ones
     (the H200 end-to-end measurements in default_max_rows' docstring)."""
