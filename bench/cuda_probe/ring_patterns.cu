@@ -224,6 +224,63 @@ __global__ void __launch_bounds__(128) bulk_cols(Set st, int n_cols) {
   if (acc == 0x9e3779b9u) sink = acc;
 }
 
+// The default kernel's per-warp rings (4 warps x 32 columns, a quarter of K each), but each
+// column's G groups of a stage (G * 32 bytes) brought by one bulk copy that lane c issues for
+// column c, completing on the warp's mbarrier of the slot; scales and biases by cp.async as now.
+template <int G, int D>
+__global__ void __launch_bounds__(128, 4) ring_bulk(Set st) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  constexpr int RUN = G * 32, STRIDE = RUN + 32, SLOT = 32 * STRIDE + 2 * 32 * 2 * G;
+  extern __shared__ __align__(128) unsigned char dyn[];  // 4 warps x D slots of SLOT bytes
+  __shared__ __align__(8) unsigned long long bars[4][D];
+  auto ring = [&](int w, int slot) { return dyn + (w * D + slot) * SLOT; };
+  const int n0 = blockIdx.x * 32;
+  const int kb0 = warp * (COLB / 4);
+  constexpr int nst = COLB / 4 / RUN;
+  if (lane == 0)
+    for (int i = 0; i < D; ++i) mbar_init(&bars[warp][i], 1);
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  __syncwarp();
+  unsigned acc = 0;
+  auto issue = [&](int s) {
+    unsigned char* dst = ring(warp, s % D);
+    unsigned long long* bar = &bars[warp][s % D];
+    if (lane == 0) mbar_expect(bar, 32 * RUN);
+    __syncwarp();
+    bulk(dst + lane * STRIDE, st.w + size_t(n0 + lane) * COLB + kb0 + s * RUN, RUN, bar);
+    const int sg = (kb0 * 2 / GS + s * G) * 2;
+    if (G == 4) {
+      cp8(dst + 32 * STRIDE + lane * 8, st.s + size_t(n0 + lane) * SCB + sg);
+      cp8(dst + 32 * STRIDE + 256 + lane * 8, st.z + size_t(n0 + lane) * SCB + sg);
+    } else {
+      cp16(dst + 32 * STRIDE + lane * 2 * G, st.s + size_t(n0 + lane) * SCB + sg);
+      cp16(dst + 32 * STRIDE + 64 * G + lane * 2 * G, st.z + size_t(n0 + lane) * SCB + sg);
+    }
+    commit();
+  };
+  for (int s = 0; s < D - 1; ++s) issue(s);
+#pragma unroll 1
+  for (int s = 0; s < nst; ++s) {
+    if (s + D - 1 < nst)
+      issue(s + D - 1);
+    else
+      commit();
+    wait_groups<D - 1>();
+    mbar_wait(&bars[warp][s % D], (s / D) & 1);
+    __syncwarp();
+    acc ^= touch(ring(warp, s % D), lane);
+    __syncwarp();
+  }
+  if (acc == 0x9e3779b9u) sink = acc;
+}
+
+template <int G, int D>
+void run_ring_bulk(const char* name, std::vector<Set>& sets, int n) {
+  constexpr int SLOT = 32 * (G * 32 + 32) + 2 * 32 * 2 * G;
+  cudaFuncSetAttribute(ring_bulk<G, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, 4 * D * SLOT);
+  timeit(name, [&](int p) { ring_bulk<G, D><<<n / 32, 128, 4 * D * SLOT>>>(sets[p]); });
+}
+
 template <int U>
 __global__ void flat(const uint4* p, size_t n) {
   unsigned acc = 0;
@@ -304,6 +361,10 @@ int main(int argc, char** argv) {
   timeit("ring_cur D2 (default kernel's copies)", [&](int p) { ring_cur<2><<<N / 32, 128>>>(sets[p]); });
   timeit("ring_long D2 (512-byte runs)", [&](int p) { ring_long<2><<<N / 32, 128>>>(sets[p]); });
   timeit("ring_col D2 (whole columns)", [&](int p) { ring_col<2><<<N / 32, 128>>>(sets[p]); });
+  run_ring_bulk<4, 2>("ring_bulk G4 D2 (per-warp rings, a bulk copy a column)", sets, N);
+  run_ring_bulk<4, 3>("ring_bulk G4 D3", sets, N);
+  run_ring_bulk<8, 2>("ring_bulk G8 D2 (256-byte runs)", sets, N);
+  run_ring_bulk<16, 2>("ring_bulk G16 D2 (512-byte runs, a warp's whole quarter of K in 2 stages)", sets, N);
   run_bulk<32, 8, 2>("bulk C32 CS8 D2 grid=N/32", sets, N, N / 32);
   run_bulk<32, 4, 3>("bulk C32 CS4 D3 grid=N/32", sets, N, N / 32);
   run_bulk<16, 4, 2>("bulk C16 CS4 D2 grid=N/16", sets, N, N / 16);
