@@ -310,6 +310,160 @@ void launchp(const void* x, const void* w, const void* s, const void* z, void* y
       (__nv_bfloat16*)y, M, K, N);
 }
 
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  asm volatile("mbarrier.arrive.shared.b64 _, [%0];" ::"r"(a) : "memory");
+}
+
+// Warp-specialized: warp 4 only issues the bulk copies of a ring of D slots (a slot: 16 columns x
+// the whole K, KC = K), waiting on each slot's `empty` barrier; warps 0-3 wait on its `full`
+// barrier, each computes its quarter of K (the generated kernel's sum order), and releases the
+// slot by arriving on `empty` - no block-wide barrier a stage. A tile's four partial sums meet in
+// shared memory behind a barrier of the four consumer warps only. Persistent: block b takes
+// tiles b, b + grid, ...
+template <int KC, int D, int MINB>
+__global__ void __launch_bounds__(160, MINB)
+    bulk_q4ws(const __nv_bfloat16* __restrict__ x, const unsigned* __restrict__ w,
+              const __nv_bfloat16* __restrict__ s, const __nv_bfloat16* __restrict__ z, __nv_bfloat16* __restrict__ y,
+              int M, int K, int N) {
+  constexpr int WROW = KC / 2 + 32;
+  constexpr int SROW = KC / 32 + 16;
+  constexpr int WB = 16 * WROW, SB = 16 * SROW, SLOT = WB + 2 * SB;
+  constexpr int GPW = KC / 64 / 4;
+  extern __shared__ __align__(128) unsigned char dyn[];
+  __shared__ __align__(8) unsigned long long full[D], empty[D];
+  __shared__ float red[2][4][4][32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int tiles = N / 16, ks = K / KC;  // a tile's stages: ks parts of K
+  const int S = (tiles > (int)blockIdx.x ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0) * ks;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < D; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], 4);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (warp == 4) {  // the producer
+#pragma unroll 1
+    for (int j = 0; j < S; ++j) {
+      const int slot = j % D, tile = blockIdx.x + (j / ks) * gridDim.x, kb = (j % ks) * (KC / 2);
+      mbar_wait(&empty[slot], ((j / D) & 1) ^ 1);
+      unsigned char* dst = dyn + slot * SLOT;
+      const int col = lane & 15, n = tile * 16 + col;
+      if (lane == 0) mbar_expect(&full[slot], 16 * (KC / 2) + 2 * 16 * (KC / 32));
+      __syncwarp();
+      if (lane < 16) {
+        bulk(dst + col * WROW, reinterpret_cast<const char*>(w) + (size_t)n * (K / 2) + kb, KC / 2, &full[slot]);
+        bulk(dst + WB + col * SROW, reinterpret_cast<const char*>(s) + (size_t)n * (K / 32) + kb / 16, KC / 32,
+             &full[slot]);
+      } else {
+        bulk(dst + WB + SB + col * SROW, reinterpret_cast<const char*>(z) + (size_t)n * (K / 32) + kb / 16, KC / 32,
+             &full[slot]);
+      }
+    }
+    return;
+  }
+  const int xrow = blockIdx.y * 8 + g;
+  const bool xok = xrow < M;
+  const __nv_bfloat16* xr = x + (size_t)(xok ? xrow : 0) * K;
+  uint4 xn0[4], xn1[4];
+  auto load_x = [&](int kst, int cg) {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int kx = kst * KC + (warp * GPW + cg + b) * 64 + t * 16;
+      xn0[b] = xok ? *reinterpret_cast<const uint4*>(xr + kx) : make_uint4(0, 0, 0, 0);
+      xn1[b] = xok ? *reinterpret_cast<const uint4*>(xr + kx + 8) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  if (S > 0) load_x(0, 0);
+  float part[4] = {};
+#pragma unroll 1
+  for (int j = 0; j < S; ++j) {
+    const int slot = j % D, tile = blockIdx.x + (j / ks) * gridDim.x, kst = j % ks;
+    mbar_wait(&full[slot], (j / D) & 1);
+    const unsigned char* sl = dyn + slot * SLOT;
+    const int g0 = warp * GPW;
+#pragma unroll 1
+    for (int cg = 0; cg < GPW; cg += 4) {
+      uint4 xv0[4], xv1[4];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) xv0[b] = xn0[b], xv1[b] = xn1[b];
+      if (cg + 4 < GPW)
+        load_x(kst, cg + 4);
+      else
+        load_x((j + 1) % ks, 0);  // (x is the same for every tile)
+      const uint2 sa = *reinterpret_cast<const uint2*>(sl + WB + g * SROW + (g0 + cg) * 2);
+      const uint2 sb = *reinterpret_cast<const uint2*>(sl + WB + (g + 8) * SROW + (g0 + cg) * 2);
+      const uint2 za = *reinterpret_cast<const uint2*>(sl + WB + SB + g * SROW + (g0 + cg) * 2);
+      const uint2 zb = *reinterpret_cast<const uint2*>(sl + WB + SB + (g + 8) * SROW + (g0 + cg) * 2);
+      uint2 wa[4], wb[4];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int grp = g0 + cg + b;
+        wa[b] = *reinterpret_cast<const uint2*>(sl + g * WROW + grp * 32 + t * 8);
+        wb[b] = *reinterpret_cast<const uint2*>(sl + (g + 8) * WROW + grp * 32 + t * 8);
+      }
+      if (cg + 4 >= GPW) {  // every shared load of the slot issued: release it once they landed
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[slot]);
+      }
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        float cx[4] = {};
+        const unsigned one = 0x3F803F80u;
+        mma(cx, one, one, one, one, xv0[b].x, xv0[b].y);
+        mma(cx, one, one, one, one, xv0[b].z, xv0[b].w);
+        mma(cx, one, one, one, one, xv1[b].x, xv1[b].y);
+        mma(cx, one, one, one, one, xv1[b].z, xv1[b].w);
+        const unsigned x00 = __byte_perm(xv0[b].x, xv0[b].z, 0x5410), x01 = __byte_perm(xv0[b].x, xv0[b].z, 0x7632);
+        const unsigned x20 = __byte_perm(xv0[b].y, xv0[b].w, 0x5410), x21 = __byte_perm(xv0[b].y, xv0[b].w, 0x7632);
+        const unsigned x10 = __byte_perm(xv1[b].x, xv1[b].z, 0x5410), x11 = __byte_perm(xv1[b].x, xv1[b].z, 0x7632);
+        const unsigned x30 = __byte_perm(xv1[b].y, xv1[b].w, 0x5410), x31 = __byte_perm(xv1[b].y, xv1[b].w, 0x7632);
+        float c[4] = {};
+        mma(c, q4(wa[b].x, 0), q4(wb[b].x, 0), q4(wa[b].x, 1), q4(wb[b].x, 1), x00, x01);
+        mma(c, q4(wa[b].x, 2), q4(wb[b].x, 2), q4(wa[b].x, 3), q4(wb[b].x, 3), x20, x21);
+        mma(c, q4(wa[b].y, 0), q4(wb[b].y, 0), q4(wa[b].y, 1), q4(wb[b].y, 1), x10, x11);
+        mma(c, q4(wa[b].y, 2), q4(wb[b].y, 2), q4(wa[b].y, 3), q4(wb[b].y, 3), x30, x31);
+        const unsigned sw_a = b < 2 ? sa.x : sa.y, sw_b = b < 2 ? sb.x : sb.y;
+        const unsigned zw_a = b < 2 ? za.x : za.y, zw_b = b < 2 ? zb.x : zb.y;
+        const float sca = (b & 1) ? hi(sw_a) : lo(sw_a), scb = (b & 1) ? hi(sw_b) : lo(sw_b);
+        const float bia = fmaf(-128.0f, sca, (b & 1) ? hi(zw_a) : lo(zw_a));
+        const float bib = fmaf(-128.0f, scb, (b & 1) ? hi(zw_b) : lo(zw_b));
+        part[0] = fmaf(sca, c[0], fmaf(bia, cx[0], part[0]));
+        part[1] = fmaf(sca, c[1], fmaf(bia, cx[1], part[1]));
+        part[2] = fmaf(scb, c[2], fmaf(bib, cx[0], part[2]));
+        part[3] = fmaf(scb, c[3], fmaf(bib, cx[1], part[3]));
+      }
+    }
+    if (kst < ks - 1) continue;
+    float(*const r)[4][32] = red[(j / ks) & 1];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) r[warp][e][lane] = part[e], part[e] = 0.0f;
+    asm volatile("bar.sync 1, 128;" ::: "memory");  // the four consumer warps only
+    if (warp == ((j / ks) & 3)) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float v = r[0][e][lane] + r[1][e][lane] + r[2][e][lane] + r[3][e][lane];
+        const int n = tile * 16 + g + (e >= 2 ? 8 : 0), row = blockIdx.y * 8 + 2 * t + (e & 1);
+        if (row < M && n < N) y[(size_t)row * N + n] = __float2bfloat16(v);
+      }
+    }
+  }
+}
+
+template <int KC, int D, int MINB, int PER_SM>
+void launchws(const void* x, const void* w, const void* s, const void* z, void* y, int M, int K, int N) {
+  constexpr int SLOT = 16 * (KC / 2 + 32) + 2 * 16 * (KC / 32 + 16);
+  static bool once = false;
+  static int sms = 0;
+  if (!once) {
+    cudaFuncSetAttribute(bulk_q4ws<KC, D, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, D * SLOT);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    once = true;
+  }
+  bulk_q4ws<KC, D, MINB><<<dim3(sms * PER_SM, (M + 7) / 8), 160, D * SLOT>>>(
+      (const __nv_bfloat16*)x, (const unsigned*)w, (const __nv_bfloat16*)s, (const __nv_bfloat16*)z,
+      (__nv_bfloat16*)y, M, K, N);
+}
+
 template <int KC, int CT, int D, int MINB>
 void launch(const void* x, const void* w, const void* s, const void* z, void* y, int M, int K, int N) {
   constexpr int SLOT = 16 * (KC / 2 + 32) + 2 * 16 * (KC / 32 + 16);

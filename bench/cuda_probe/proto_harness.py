@@ -1,13 +1,16 @@
 """Append the hand-written bulk-copy prototype (bulk_proto.cuh) to a harness that
 generated_harness.py wrote with one variant (`default=`), so that both are timed and
 compared in one binary:  python bench/cuda_probe/proto_harness.py IN.cu OUT.cu "KC,CT,D,MINB" ...
-(prototype only: 4-bit group 64, columns a multiple of 16 * CT, K a multiple of KC)."""
+("pKC,D,MINB,PER_SM": persistent; "wKC,D,MINB,PER_SM": warp-specialized) (prototype only: 4-bit group 64, columns a multiple of 16 * CT, K a multiple of KC)."""
 
 from __future__ import annotations
 
 import re
 import sys
 from pathlib import Path
+
+
+LAUNCHERS = {"p": "launchp", "w": "launchws"}  # a config's prefix: persistent, warp-specialized
 
 
 def main() -> None:
@@ -25,7 +28,7 @@ def main() -> None:
         body = body.replace(
             launch,
             "      auto launch = [&](int p) {\n"
-            f"        proto::{'launchp' if config.startswith('p') else 'launch'}<{config.lstrip('p')}>(x, sets[p][0], sets[p][1], sets[p][2], y, rows, K, N[0]);\n"
+            f"        proto::{LAUNCHERS[config[0]] if config[0] in LAUNCHERS else 'launch'}<{config.lstrip('pw')}>(x, sets[p][0], sets[p][1], sets[p][2], y, rows, K, N[0]);\n"
             "      };\n",
         )
         body = re.sub(r"      cudaFuncSetAttribute\(.*?\n", "", body)
