@@ -1,14 +1,15 @@
-"""Append the hand-written bulk-copy prototype (bulk_proto.cuh) to a harness that
+"""Append the hand-written bulk-copy prototypes (bulk_proto.cuh) to a harness that
 generated_harness.py wrote with one variant (`default=`), so that both are timed and
-compared in one binary:  python bench/cuda_probe/proto_harness.py IN.cu OUT.cu "KC,CT,D,MINB" ...
-("pKC,D,MINB,PER_SM": persistent; "wKC,D,MINB,PER_SM": warp-specialized) (prototype only: 4-bit group 64, columns a multiple of 16 * CT, K a multiple of KC)."""
+compared in one binary:  python bench/cuda_probe/proto_harness.py IN.cu OUT.cu CONFIG ...
+CONFIG: "KC,CT,D,MINB" (one wave of blocks), "pKC,D,MINB,PER_SM" (persistent) or
+"wKC,D,MINB,PER_SM" (warp-specialized). Prototype only: 4-bit group 64, columns a multiple of
+16 * CT, K a multiple of KC."""
 
 from __future__ import annotations
 
 import re
 import sys
 from pathlib import Path
-
 
 LAUNCHERS = {"p": "launchp", "w": "launchws"}  # a config's prefix: persistent, warp-specialized
 

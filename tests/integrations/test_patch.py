@@ -262,7 +262,9 @@ def test_arrays_set_on_a_fused_mlps_projections_reach_the_kernels():
     want, got = logits(reference), logits(patched)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
     report.restore()
-    assert all(type(m) is nn.Linear for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj))
+    restored = patched.model.layers[0].mlp
+    assert restored.up_proj is other  # (restore carries the swapped-in projection back)
+    assert all(type(m) is nn.Linear for m in (restored.gate_proj, restored.up_proj, restored.down_proj))
     np.testing.assert_array_equal(logits(patched), want)
 
 
