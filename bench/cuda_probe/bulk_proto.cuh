@@ -18,17 +18,15 @@ __device__ __forceinline__ void mbar_expect(unsigned long long* bar, unsigned by
 __device__ __forceinline__ void bulk(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(bar));
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(d),
-      "l"(src), "r"(bytes), "r"(b)
-      : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(d),
+               "l"(src), "r"(bytes), "r"(b)
+               : "memory");
 }
 __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(bar));
-  asm volatile(
-      "{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(a),
-      "r"(parity)
-      : "memory");
+  asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(a),
+               "r"(parity)
+               : "memory");
 }
 __device__ __forceinline__ void mma(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
                                     unsigned b1) {
@@ -48,9 +46,8 @@ __device__ __forceinline__ float hi(unsigned v) { return __uint_as_float((v >> 1
 // MINB: blocks per SM asked for
 template <int KC, int CT, int D, int MINB>
 __global__ void __launch_bounds__(128, MINB)
-    bulk_q4(const __nv_bfloat16* __restrict__ x, const unsigned* __restrict__ w,
-            const __nv_bfloat16* __restrict__ s, const __nv_bfloat16* __restrict__ z, __nv_bfloat16* __restrict__ y,
-            int M, int K, int N) {
+    bulk_q4(const __nv_bfloat16* __restrict__ x, const unsigned* __restrict__ w, const __nv_bfloat16* __restrict__ s,
+            const __nv_bfloat16* __restrict__ z, __nv_bfloat16* __restrict__ y, int M, int K, int N) {
   constexpr int WROW = KC / 2 + 32;  // a column's bytes of a stage, padded: rows g on distinct banks
   constexpr int SROW = KC / 32 + 16;
   constexpr int WB = 16 * WROW, SB = 16 * SROW, SLOT = WB + 2 * SB;
@@ -168,9 +165,8 @@ __global__ void __launch_bounds__(128, MINB)
 // (stage j = tile j / ks, K part j % ks); x of a chunk loaded before the chunk ahead is computed.
 template <int KC, int D, int MINB>
 __global__ void __launch_bounds__(128, MINB)
-    bulk_q4p(const __nv_bfloat16* __restrict__ x, const unsigned* __restrict__ w,
-             const __nv_bfloat16* __restrict__ s, const __nv_bfloat16* __restrict__ z, __nv_bfloat16* __restrict__ y,
-             int M, int K, int N) {
+    bulk_q4p(const __nv_bfloat16* __restrict__ x, const unsigned* __restrict__ w, const __nv_bfloat16* __restrict__ s,
+             const __nv_bfloat16* __restrict__ z, __nv_bfloat16* __restrict__ y, int M, int K, int N) {
   constexpr int WROW = KC / 2 + 32;
   constexpr int SROW = KC / 32 + 16;
   constexpr int WB = 16 * WROW, SB = 16 * SROW, SLOT = WB + 2 * SB;
@@ -306,8 +302,8 @@ void launchp(const void* x, const void* w, const void* s, const void* z, void* y
     once = true;
   }
   bulk_q4p<KC, D, MINB><<<dim3(sms * PER_SM, (M + 7) / 8), 128, D * SLOT>>>(
-      (const __nv_bfloat16*)x, (const unsigned*)w, (const __nv_bfloat16*)s, (const __nv_bfloat16*)z,
-      (__nv_bfloat16*)y, M, K, N);
+      (const __nv_bfloat16*)x, (const unsigned*)w, (const __nv_bfloat16*)s, (const __nv_bfloat16*)z, (__nv_bfloat16*)y,
+      M, K, N);
 }
 
 __device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
@@ -323,9 +319,8 @@ __device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
 // tiles b, b + grid, ...
 template <int KC, int D, int MINB>
 __global__ void __launch_bounds__(160, MINB)
-    bulk_q4ws(const __nv_bfloat16* __restrict__ x, const unsigned* __restrict__ w,
-              const __nv_bfloat16* __restrict__ s, const __nv_bfloat16* __restrict__ z, __nv_bfloat16* __restrict__ y,
-              int M, int K, int N) {
+    bulk_q4ws(const __nv_bfloat16* __restrict__ x, const unsigned* __restrict__ w, const __nv_bfloat16* __restrict__ s,
+              const __nv_bfloat16* __restrict__ z, __nv_bfloat16* __restrict__ y, int M, int K, int N) {
   constexpr int WROW = KC / 2 + 32;
   constexpr int SROW = KC / 32 + 16;
   constexpr int WB = 16 * WROW, SB = 16 * SROW, SLOT = WB + 2 * SB;
@@ -460,8 +455,8 @@ void launchws(const void* x, const void* w, const void* s, const void* z, void* 
     once = true;
   }
   bulk_q4ws<KC, D, MINB><<<dim3(sms * PER_SM, (M + 7) / 8), 160, D * SLOT>>>(
-      (const __nv_bfloat16*)x, (const unsigned*)w, (const __nv_bfloat16*)s, (const __nv_bfloat16*)z,
-      (__nv_bfloat16*)y, M, K, N);
+      (const __nv_bfloat16*)x, (const unsigned*)w, (const __nv_bfloat16*)s, (const __nv_bfloat16*)z, (__nv_bfloat16*)y,
+      M, K, N);
 }
 
 template <int KC, int CT, int D, int MINB>
@@ -473,8 +468,8 @@ void launch(const void* x, const void* w, const void* s, const void* z, void* y,
     once = true;
   }
   bulk_q4<KC, CT, D, MINB><<<dim3(N / (16 * CT), (M + 7) / 8), 128, D * SLOT>>>(
-      (const __nv_bfloat16*)x, (const unsigned*)w, (const __nv_bfloat16*)s, (const __nv_bfloat16*)z,
-      (__nv_bfloat16*)y, M, K, N);
+      (const __nv_bfloat16*)x, (const unsigned*)w, (const __nv_bfloat16*)s, (const __nv_bfloat16*)z, (__nv_bfloat16*)y,
+      M, K, N);
 }
 
 }  // namespace proto

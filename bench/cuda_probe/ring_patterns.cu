@@ -95,8 +95,7 @@ __global__ void __launch_bounds__(128, 4) ring_long(Set st) {
   unsigned acc = 0;
   auto issue = [&](int s) {
     unsigned char* dst = ring[warp][s % D];
-    for (int c = 0; c < 8; ++c)
-      cp16(dst + c * 528 + lane * 16, st.w + size_t(n0 + s * 8 + c) * COLB + kb0 + lane * 16);
+    for (int c = 0; c < 8; ++c) cp16(dst + c * 528 + lane * 16, st.w + size_t(n0 + s * 8 + c) * COLB + kb0 + lane * 16);
     // 8 columns x 16 groups x 2 bytes = 256 bytes each of scales and biases: lanes 0-15 / 16-31
     const int c = lane / 4, piece = lane % 4;  // 8 columns x 4 pieces of 8 bytes
     const int sg = kb0 * 2 / GS * 2;
@@ -133,8 +132,7 @@ __global__ void __launch_bounds__(128, 4) ring_col(Set st) {
     unsigned char* dst = ring[warp][s % D];
     for (int c = 0; c < 2; ++c)
       for (int q = 0; q < 4; ++q)
-        cp16(dst + c * (COLB + 16) + q * 512 + lane * 16,
-             st.w + size_t(n0 + s * 2 + c) * COLB + q * 512 + lane * 16);
+        cp16(dst + c * (COLB + 16) + q * 512 + lane * 16, st.w + size_t(n0 + s * 2 + c) * COLB + q * 512 + lane * 16);
     // 2 columns x 128 bytes of scales (contiguous: 256 bytes), biases the same: 16 lanes each
     if (lane < 16)
       cp16(dst + 2 * (COLB + 16) + lane * 16, st.s + size_t(n0 + s * 2) * SCB + lane * 16);
@@ -172,17 +170,15 @@ __device__ __forceinline__ void mbar_expect(unsigned long long* bar, unsigned by
 __device__ __forceinline__ void bulk(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(bar));
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(d),
-      "l"(src), "r"(bytes), "r"(b)
-      : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(d),
+               "l"(src), "r"(bytes), "r"(b)
+               : "memory");
 }
 __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(bar));
-  asm volatile(
-      "{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(a),
-      "r"(parity)
-      : "memory");
+  asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(a),
+               "r"(parity)
+               : "memory");
 }
 
 template <int C, int CS, int D>
