@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "probe_common.cuh"
+
 __global__ void read_all(const uint4* __restrict__ p, size_t n, unsigned* out) {
   unsigned acc = 0;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -25,8 +27,6 @@ int main() {
   const size_t pool_bytes = (size_t)768 << 20;
   unsigned* out;
   cudaMalloc(&out, 1 << 20);
-  cudaEvent_t ev[41];
-  for (auto& e : ev) cudaEventCreate(&e);
   printf("{\"probe\": \"fixed_cost\", \"sms\": %d}\n", sms);
   for (size_t mb : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
     const size_t bytes = mb << 20, n = bytes / 16;
@@ -38,22 +38,7 @@ int main() {
     }
     for (int blocks_per_sm : {4, 8, 16}) {
       const int grid = sms * blocks_per_sm;
-      auto launch = [&](int i) { read_all<<<grid, 256>>>(pool[i % count], n, out); };
-      for (int i = 0; i < 2 * count; ++i) launch(i);
-      cudaEventRecord(ev[0]);
-      for (int i = 0; i < 40; ++i) {
-        launch(i);
-        cudaEventRecord(ev[i + 1]);
-      }
-      cudaEventSynchronize(ev[40]);
-      std::vector<float> ms;
-      for (int i = 0; i < 40; ++i) {
-        float m;
-        cudaEventElapsedTime(&m, ev[i], ev[i + 1]);
-        ms.push_back(m);
-      }
-      std::sort(ms.begin(), ms.end());
-      const double us = ms[20] * 1e3;
+      const double us = median_launch_us(count, [&](int i) { read_all<<<grid, 256>>>(pool[i], n, out); });
       printf("{\"MB\": %zu, \"blocks_per_sm\": %d, \"us\": %.2f, \"GBps\": %.0f, \"error\": \"%s\"}\n", mb,
              blocks_per_sm, us, bytes / (us * 1e3), cudaGetErrorString(cudaGetLastError()));
       fflush(stdout);

@@ -4,9 +4,12 @@
 // Prints one JSON line per pattern: median GB/s over launches rotating through a pool
 // of weight sets 8x larger than L2.
 #include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <vector>
+
+#include "probe_common.cuh"
 
 constexpr int K = 4096, N = 28672, GS = 64;
 constexpr size_t WBYTES = size_t(N) * K / 2, SBYTES = size_t(N) * (K / GS) * 2;
@@ -17,23 +20,6 @@ struct Set {
   const unsigned short* s;
   const unsigned short* z;
 };
-
-__device__ unsigned sink;
-
-// rows of the copy roofline: every thread reads uint4s of one flat buffer, U per iteration
-template <int U>
-__global__ void flat(const uint4* p, size_t n) {
-  unsigned acc = 0;
-  size_t stride = size_t(gridDim.x) * blockDim.x;
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride * U) {
-    uint4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) v[u] = (i + u * stride < n) ? p[i + u * stride] : make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  if (acc == 0x9e3779b9u) sink = acc;
-}
 
 // the current mma pattern: block = W warps x 16 columns, K split over warps;
 // lane (g, t) reads 8 bytes of columns g and g+8 per group (t-th quarter), B groups per batch
@@ -126,32 +112,11 @@ __global__ void row(Set st) {
 
 template <class F>
 void timeit(const char* name, F launch) {
-  cudaEvent_t ev[41];
-  for (auto& e : ev) cudaEventCreate(&e);
-  for (int i = 0; i < 2 * POOL; ++i) launch(i % POOL);
-  cudaEventRecord(ev[0]);
-  std::vector<float> ms;
-  for (int i = 0; i < 40; ++i) {
-    launch(i % POOL);
-    cudaEventRecord(ev[i + 1]);
-  }
-  cudaEventSynchronize(ev[40]);
-  for (int i = 0; i < 40; ++i) {
-    float m;
-    cudaEventElapsedTime(&m, ev[i], ev[i + 1]);
-    ms.push_back(m);
-  }
-  std::sort(ms.begin(), ms.end());
-  double us = ms[20] * 1e3;
-  cudaError_t err = cudaGetLastError();
-  printf("{\"pattern\": \"%s\", \"us\": %.2f, \"GBps\": %.0f, \"error\": \"%s\"}\n", name, us,
-         (WBYTES + 2 * SBYTES) / (us * 1e3), cudaGetErrorString(err));
-  for (auto& e : ev) cudaEventDestroy(e);
+  time_launches(name, WBYTES + 2 * SBYTES, POOL, launch);
 }
 
 int main() {
   std::vector<Set> sets;
-  std::vector<void*> flatbufs;
   for (int p = 0; p < POOL; ++p) {
     void *w, *s, *z;
     cudaMalloc(&w, WBYTES);
@@ -163,15 +128,10 @@ int main() {
     sets.push_back({(const unsigned*)w, (const unsigned short*)s, (const unsigned short*)z});
   }
   const size_t n16 = (WBYTES + 2 * SBYTES) / 16;
-  for (int p = 0; p < POOL; ++p) {
-    void* f;
-    cudaMalloc(&f, n16 * 16);
-    cudaMemset(f, 3, n16 * 16);
-    flatbufs.push_back(f);
-  }
+  const auto flats = flat_pool(WBYTES + 2 * SBYTES, POOL);
   int sms;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  auto F = [&](int p) { return (const uint4*)flatbufs[p]; };
+  auto F = [&](int p) { return flats[p]; };
   timeit("flat u1 grid=sms*8x256", [&](int p) { flat<1><<<sms * 8, 256>>>(F(p), n16); });
   timeit("flat u4 grid=sms*8x256", [&](int p) { flat<4><<<sms * 8, 256>>>(F(p), n16); });
   timeit("flat u4 grid=sms*4x256", [&](int p) { flat<4><<<sms * 4, 256>>>(F(p), n16); });

@@ -13,6 +13,9 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bulk_copy.cuh"
+#include "probe_common.cuh"
+
 constexpr int K = 4096, GS = 64;
 constexpr int COLB = K / 2, SCB = K / GS * 2;  // bytes of one column's weights, scales
 constexpr int POOL = 8;
@@ -22,8 +25,6 @@ struct Set {
   const char* s;
   const char* z;
 };
-
-__device__ unsigned sink;
 
 __device__ __forceinline__ void cp16(void* dst, const void* src) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
@@ -44,6 +45,28 @@ __device__ __forceinline__ unsigned touch(const unsigned char* slot, int lane) {
   return *reinterpret_cast<const unsigned*>(slot + lane * 4);
 }
 
+// A warp's ring of D slots over `nst` stages: issue(s) starts stage s's copies (and commits
+// them), the warp waits for stage s (cp.async groups, then arrived(s): the stage's mbarrier where
+// there is one) and touches slot(s), while stages s+1 .. s+D-1 are in flight.
+template <int D, class Issue, class Slot, class Arrived>
+__device__ __forceinline__ void stream_ring(int nst, int lane, Issue issue, Slot slot, Arrived arrived) {
+  unsigned acc = 0;
+  for (int s = 0; s < D - 1; ++s) issue(s);
+#pragma unroll 1
+  for (int s = 0; s < nst; ++s) {
+    if (s + D - 1 < nst)
+      issue(s + D - 1);
+    else
+      commit();
+    wait_groups<D - 1>();
+    arrived(s);
+    __syncwarp();
+    acc ^= touch(slot(s), lane);
+    __syncwarp();
+  }
+  if (acc == 0x9e3779b9u) sink = acc;
+}
+
 // The default int4 kernel's ring: block = 4 warps x 32 columns, each warp a quarter of K;
 // a stage = 32 columns x 128 bytes (4 groups), lane/8 picks the column within 4, lane%8 the
 // 16-byte piece; scales and biases 8 bytes a column; D slots, all warps independent.
@@ -55,7 +78,6 @@ __global__ void __launch_bounds__(128, 4) ring_cur(Set st) {
   const int n0 = blockIdx.x * 32;
   const int kb0 = warp * (COLB / 4);  // byte offset of this warp's K range
   constexpr int nst = COLB / 4 / 128;
-  unsigned acc = 0;
   auto issue = [&](int s) {
     unsigned char* dst = ring[warp][s % D];
     for (int i = 0; i < 8; ++i) {
@@ -67,19 +89,7 @@ __global__ void __launch_bounds__(128, 4) ring_cur(Set st) {
     cp8(dst + 5376 + lane * 8, st.z + size_t(n0 + lane) * SCB + sg);
     commit();
   };
-  for (int s = 0; s < D - 1; ++s) issue(s);
-#pragma unroll 1
-  for (int s = 0; s < nst; ++s) {
-    if (s + D - 1 < nst)
-      issue(s + D - 1);
-    else
-      commit();
-    wait_groups<D - 1>();
-    __syncwarp();
-    acc ^= touch(ring[warp][s % D], lane);
-    __syncwarp();
-  }
-  if (acc == 0x9e3779b9u) sink = acc;
+  stream_ring<D>(nst, lane, issue, [&](int s) { return ring[warp][s % D]; }, [](int) {});
 }
 
 // Long runs: the same block and K split, but a stage = 8 columns x the warp's whole 512-byte
@@ -92,7 +102,6 @@ __global__ void __launch_bounds__(128, 4) ring_long(Set st) {
   const int n0 = blockIdx.x * 32;
   const int kb0 = warp * (COLB / 4);
   constexpr int nst = 4;
-  unsigned acc = 0;
   auto issue = [&](int s) {
     unsigned char* dst = ring[warp][s % D];
     for (int c = 0; c < 8; ++c) cp16(dst + c * 528 + lane * 16, st.w + size_t(n0 + s * 8 + c) * COLB + kb0 + lane * 16);
@@ -103,19 +112,7 @@ __global__ void __launch_bounds__(128, 4) ring_long(Set st) {
     cp8(dst + 4224 + 256 + c * 32 + piece * 8, st.z + size_t(n0 + s * 8 + c) * SCB + sg + piece * 8);
     commit();
   };
-  for (int s = 0; s < D - 1; ++s) issue(s);
-#pragma unroll 1
-  for (int s = 0; s < nst; ++s) {
-    if (s + D - 1 < nst)
-      issue(s + D - 1);
-    else
-      commit();
-    wait_groups<D - 1>();
-    __syncwarp();
-    acc ^= touch(ring[warp][s % D], lane);
-    __syncwarp();
-  }
-  if (acc == 0x9e3779b9u) sink = acc;
+  stream_ring<D>(nst, lane, issue, [&](int s) { return ring[warp][s % D]; }, [](int) {});
 }
 
 // Whole columns: K not split; warp w of a 32-column block takes columns w*8 .. w*8+7, a stage
@@ -127,7 +124,6 @@ __global__ void __launch_bounds__(128, 4) ring_col(Set st) {
   __shared__ __align__(16) unsigned char ring[4][D][SLOT];
   const int n0 = blockIdx.x * 32 + warp * 8;
   constexpr int nst = 4;
-  unsigned acc = 0;
   auto issue = [&](int s) {
     unsigned char* dst = ring[warp][s % D];
     for (int c = 0; c < 2; ++c)
@@ -140,47 +136,13 @@ __global__ void __launch_bounds__(128, 4) ring_col(Set st) {
       cp16(dst + 2 * (COLB + 16) + 256 + (lane - 16) * 16, st.z + size_t(n0 + s * 2) * SCB + (lane - 16) * 16);
     commit();
   };
-  for (int s = 0; s < D - 1; ++s) issue(s);
-#pragma unroll 1
-  for (int s = 0; s < nst; ++s) {
-    if (s + D - 1 < nst)
-      issue(s + D - 1);
-    else
-      commit();
-    wait_groups<D - 1>();
-    __syncwarp();
-    acc ^= touch(ring[warp][s % D], lane);
-    __syncwarp();
-  }
-  if (acc == 0x9e3779b9u) sink = acc;
+  stream_ring<D>(nst, lane, issue, [&](int s) { return ring[warp][s % D]; }, [](int) {});
 }
 
 // Bulk copies (TMA, cp.async.bulk): a block of C columns' weights is one contiguous region of
 // C * 2048 bytes, its scales and biases C * 128 each. Thread 0 issues a stage of CS columns
 // (weights, scales, biases) on an mbarrier; all threads wait on it. D slots; the block loops
 // over its C columns in C / CS stages.
-__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(bar));
-  asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(a), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect(unsigned long long* bar, unsigned bytes) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(bar));
-  asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bulk(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(bar));
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(d),
-               "l"(src), "r"(bytes), "r"(b)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(bar));
-  asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(a),
-               "r"(parity)
-               : "memory");
-}
-
 template <int C, int CS, int D>
 __global__ void __launch_bounds__(128) bulk_cols(Set st, int n_cols) {
   constexpr int SLOT = CS * COLB + 2 * CS * SCB;
@@ -191,7 +153,7 @@ __global__ void __launch_bounds__(128) bulk_cols(Set st, int n_cols) {
   unsigned acc = 0;
   if (threadIdx.x == 0)
     for (int i = 0; i < D; ++i) mbar_init(&bars[i], 1);
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  mbar_init_fence();
   __syncthreads();
   // persistent: block b takes column blocks b, b + grid, ...
   int phase[D] = {};
@@ -235,9 +197,8 @@ __global__ void __launch_bounds__(128, 4) ring_bulk(Set st) {
   constexpr int nst = COLB / 4 / RUN;
   if (lane == 0)
     for (int i = 0; i < D; ++i) mbar_init(&bars[warp][i], 1);
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  mbar_init_fence();
   __syncwarp();
-  unsigned acc = 0;
   auto issue = [&](int s) {
     unsigned char* dst = ring(warp, s % D);
     unsigned long long* bar = &bars[warp][s % D];
@@ -254,20 +215,9 @@ __global__ void __launch_bounds__(128, 4) ring_bulk(Set st) {
     }
     commit();
   };
-  for (int s = 0; s < D - 1; ++s) issue(s);
-#pragma unroll 1
-  for (int s = 0; s < nst; ++s) {
-    if (s + D - 1 < nst)
-      issue(s + D - 1);
-    else
-      commit();
-    wait_groups<D - 1>();
-    mbar_wait(&bars[warp][s % D], (s / D) & 1);
-    __syncwarp();
-    acc ^= touch(ring(warp, s % D), lane);
-    __syncwarp();
-  }
-  if (acc == 0x9e3779b9u) sink = acc;
+  stream_ring<D>(
+      nst, lane, issue, [&](int s) { return ring(warp, s % D); },
+      [&](int s) { mbar_wait(&bars[warp][s % D], (s / D) & 1); });
 }
 
 template <int G, int D>
@@ -277,46 +227,11 @@ void run_ring_bulk(const char* name, std::vector<Set>& sets, int n) {
   timeit(name, [&](int p) { ring_bulk<G, D><<<n / 32, 128, 4 * D * SLOT>>>(sets[p]); });
 }
 
-template <int U>
-__global__ void flat(const uint4* p, size_t n) {
-  unsigned acc = 0;
-  size_t stride = size_t(gridDim.x) * blockDim.x;
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride * U) {
-    uint4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) v[u] = (i + u * stride < n) ? p[i + u * stride] : make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int u = 0; u < U; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  if (acc == 0x9e3779b9u) sink = acc;
-}
-
 static size_t g_bytes;
 
 template <class F>
 void timeit(const char* name, F launch) {
-  cudaEvent_t ev[41];
-  for (auto& e : ev) cudaEventCreate(&e);
-  for (int i = 0; i < 2 * POOL; ++i) launch(i % POOL);
-  cudaEventRecord(ev[0]);
-  std::vector<float> ms;
-  for (int i = 0; i < 40; ++i) {
-    launch(i % POOL);
-    cudaEventRecord(ev[i + 1]);
-  }
-  cudaEventSynchronize(ev[40]);
-  for (int i = 0; i < 40; ++i) {
-    float m;
-    cudaEventElapsedTime(&m, ev[i], ev[i + 1]);
-    ms.push_back(m);
-  }
-  std::sort(ms.begin(), ms.end());
-  double us = ms[20] * 1e3;
-  cudaError_t err = cudaGetLastError();
-  printf("{\"pattern\": \"%s\", \"us\": %.2f, \"GBps\": %.0f, \"error\": \"%s\"}\n", name, us, g_bytes / (us * 1e3),
-         cudaGetErrorString(err));
-  fflush(stdout);
-  for (auto& e : ev) cudaEventDestroy(e);
+  time_launches(name, g_bytes, POOL, launch);
 }
 
 template <int C, int CS, int D>
@@ -341,17 +256,11 @@ int main(int argc, char** argv) {
     cudaMemset(z, 2, sbytes);
     sets.push_back({(const char*)w, (const char*)s, (const char*)z});
   }
-  std::vector<void*> flatbufs;
   const size_t n16 = g_bytes / 16;
-  for (int p = 0; p < POOL; ++p) {
-    void* f;
-    cudaMalloc(&f, n16 * 16);
-    cudaMemset(f, 3, n16 * 16);
-    flatbufs.push_back(f);
-  }
+  const auto flats = flat_pool(g_bytes, POOL);
   int sms;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  auto F = [&](int p) { return (const uint4*)flatbufs[p]; };
+  auto F = [&](int p) { return flats[p]; };
   timeit("flat u4 grid=sms*8x256", [&](int p) { flat<4><<<sms * 8, 256>>>(F(p), n16); });
   timeit("flat u8 grid=sms*2x256", [&](int p) { flat<8><<<sms * 2, 256>>>(F(p), n16); });
   timeit("ring_cur D2 (default kernel's copies)", [&](int p) { ring_cur<2><<<N / 32, 128>>>(sets[p]); });
