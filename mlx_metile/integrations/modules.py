@@ -249,6 +249,7 @@ class FusedSwiGLU(Watched, nn.Module):
     def __call__(self, x: mx.array, residual: mx.array | None = None) -> mx.array:
         if rows_of(x) > self.max_rows:
             _record_fallback("fused_linear", x, self.gate_proj.weight.shape[0])
+            carry_back(self, self.original)  # (a projection swapped in since reached self)
             out = self.original(x)
             return out if residual is None else residual + out
         gate, up, down = self["gate_proj"], self["up_proj"], self["down_proj"]  # (not Module.__getattr__: slower)

@@ -235,6 +235,10 @@ def test_a_projection_module_swapped_in_reaches_the_kernels():
     want, got = logits(reference), logits(patched)
     assert np.abs(got - before).max() > 0.1 * np.abs(want).max()  # the swap changed the outputs
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
+    long = mx.arange(40, dtype=mx.uint32)[None] % 128  # more than max_rows: the original MLP runs
+    want_long = np.array(reference(long).astype(mx.float32))
+    got_long = np.array(patched(long).astype(mx.float32))
+    np.testing.assert_allclose(got_long, want_long, rtol=0, atol=1e-4 * np.abs(want_long).max())
 
 
 def test_arrays_set_on_a_fused_mlps_projections_reach_the_kernels():
