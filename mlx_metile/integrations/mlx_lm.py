@@ -220,19 +220,17 @@ def _replace_part(container, key, old: nn.Module, new: nn.Module, path: str, kin
 
 def _mlp_part(container, key, old: nn.Module, fused: FusedSwiGLU, path: str) -> Part:
     """The MLP replaced by `fused`, which watches its projections while installed."""
-    part = _replace_part(container, key, old, fused, path, "mlp_swiglu")
-    put, take = part.apply, part.undo
+    plain = _replace_part(container, key, old, fused, path, "mlp_swiglu")
 
     def apply():
-        put()
+        plain.apply()
         fused.watch_children(True)
 
     def undo():
         fused.watch_children(False)
-        take()
+        plain.undo()
 
-    part.apply, part.undo = apply, undo
-    return part
+    return Part(path, "mlp_swiglu", apply, undo)
 
 
 def _qkv_part(attn: nn.Module, path: str, members: list, max_rows: int) -> Part:
