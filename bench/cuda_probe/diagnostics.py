@@ -14,16 +14,21 @@ outside bench/cuda_probe uses them.
             block are blocks 2c and 2c + 1; the harness doubles the grid): the time of a split of K
             across blocks without the fix-up that would add the halves (both halves store)
 
-One rewrite keeps the results (a layout probe, not a diagnostic):
+Two rewrites keep the results (probes of a layout or a copy mechanism, not diagnostics):
 
     rowsfirst  the grid's x enumerates row blocks and y column blocks (the harness swaps the
             launch's dimensions), so that the blocks of one weight tile run back to back and
             its second row block finds the weights in L2 (with BUCKET=b below the row count)
+    bulkw   each warp's stage of weights by bulk copies, a ring row's run per lane
+            (bulk_rewrite.py; padded rings only); bulkwnf the same without the proxy fence
+            before each refill
 """
 
 from __future__ import annotations
 
 import re
+
+from bench.cuda_probe.bulk_rewrite import bulk_weights, bulk_weights_unfenced
 
 X_LOAD = re.compile(r"\(xok\d+\) \? \*reinterpret_cast<const uint4\*>\([^;]*?\) : make_uint4\(0u, 0u, 0u, 0u\)")
 SLOT = re.compile(r"const unsigned char\* const slot = ring \+ rd \* \d+;")
@@ -103,6 +108,8 @@ HACKS = {
     "noscales": no_scales,
     "rowsfirst": rows_first,
     "khalf": k_half,
+    "bulkw": bulk_weights,
+    "bulkwnf": bulk_weights_unfenced,
 }
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -275,6 +276,8 @@ def main() -> None:
     }.items():
         main_src = main_src.replace(key, val)
     head = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cstring>\n"
+    if any("bulkw" in text for text in args.variant):  # the rewrite's mbarrier and bulk-copy helpers
+        head += f'#include "{os.path.relpath(Path(__file__).with_name("bulk_copy.cuh"), Path(args.out).resolve().parent)}"\n'
     if blas:
         head += "#include <cublas_v2.h>\n"
         setup = "  cublasHandle_t blas; cublasCreate(&blas);\n  const float one = 1.0f, zero = 0.0f;\n"

@@ -52,3 +52,30 @@ def test_a_diagnostic_refuses_a_kernel_without_its_part(sources):
         diagnostics.apply("noxsum", dense)  # nor sums of x for biases
     with pytest.raises(ValueError, match="unknown diagnostic"):
         diagnostics.apply("nothing", dense)
+
+
+def test_bulk_rewrite_brings_each_stage_by_bulk_copies(sources):
+    q4, _ = sources
+    bulk = diagnostics.apply("bulkw", q4)
+    # every 16-byte weight copy of a stage becomes one bulk copy of the lane's ring row; the
+    # scales' and biases' small copies stay, and the stage loop waits on the slot's mbarrier
+    assert q4.count("metile_cp16(dst") > 0 and bulk.count("metile_cp16(dst") == 0
+    assert bulk.count("metile_cp_small<") == q4.count("metile_cp_small<")
+    issues = q4.count("unsigned char* const dst = ring + (")
+    assert bulk.count("if (bok) bulk(dst + lane * ") == issues
+    assert bulk.count("fence.proxy.async.shared::cta") == issues
+    assert bulk.count("mbar_wait(&metile_bars[warp][rd]") == 1
+    unfenced = diagnostics.apply("bulkwnf", q4)
+    assert "fence.proxy.async" not in unfenced and unfenced.count("if (bok) bulk(") == issues
+
+
+def test_bulk_rewrite_refuses_a_swizzled_ring(monkeypatch):
+    # 8-bit group 64 swizzles its unpadded ring rows by default; a bulk copy cannot
+    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
+    compile_projection.cache_clear()
+    q8 = ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),), k_multiple=256)
+    try:
+        with pytest.raises(ValueError, match="padded ring rows"):
+            diagnostics.apply("bulkw", compile_projection(q8, 8, "cuda").source)
+    finally:
+        compile_projection.cache_clear()
