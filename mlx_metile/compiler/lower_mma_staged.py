@@ -236,6 +236,12 @@ def ring_stages(
 #   14336 -> 4096 and 4096 -> 4096, groups 64 and 128 (bench/results/h200-ab-2026-11-30-session15.json,
 #   call 1, with a repeat of the default within 1%; call 11 of session 14 the same on 14336 ->
 #   4096). SPREAD (8960 -> 1536) measured 0.98-1.00x, 8-bit weights' DEEP 0.95-0.98x: not there.
+# - single products of 8-bit group-64 weights in ONE_TILE at 1-16 rows: 3 stages instead of 4
+#   (26 KB of rings a block instead of 35): 1.02-1.03x on 4096 -> 4096 and 3072 -> 3072, 1.00-1.01x
+#   on 2048 -> 2048, bit-identical, in two rounds whose repeats of the default agreed within 1%
+#   (bench/results/h200-ab-2026-11-30-session21.json, call 6; 32 rows unmeasured). Not DEEP (14336
+#   -> 4096 0.97-0.99x, call 5; 0.95-0.98x in session 15) nor the TILES layout's 2 tiles, whose third
+#   stage needs dynamic shared memory (4096 -> 14336 0.84-0.85x, call 5).
 # - the SwiGLU gate/up of 8-bit group-128 weights in TILES, whose one-tile rings of 2 stages
 #   (2 x 256 bytes a column per stage) exceed 48 KB, so that it took the direct loads: the staged
 #   ring in 80 KB of dynamic shared memory, at every row bucket (staged and direct loads may
@@ -246,6 +252,8 @@ def ring_stages(
 DENSE_WIDE_RING = (100, 0)  # (KB, stages: 0 as many as fit)
 DENSE_DEEP_RING = (80, 3)
 Q4_ONE_TILE_RING = (0, 3)  # (KB: 0 the default budget, stages)
+Q8G64_ONE_TILE_RING = (0, 3)
+Q8G64_ONE_TILE_ROWS = 16  # (the row buckets measured)
 Q8G128_SWIGLU_RING = (80, 0)
 
 
@@ -264,7 +272,10 @@ def ring_rule(spec: ProjectionSpec, layout: int, rows_bucket: int) -> tuple[int,
     if w.quantized:
         single_q4 = w.bits == 4 and w.group_size in (64, 128)
         one_tile = layout in (ONE_TILE, ONE_TILE_WIDE, DEEP)  # (DEEP: ONE_TILE's kernel for 4-bit weights)
-        return Q4_ONE_TILE_RING if single_q4 and one_tile and rows_bucket <= 8 else (0, 0)
+        if single_q4 and one_tile and rows_bucket <= 8:
+            return Q4_ONE_TILE_RING
+        q8g64 = w.bits == 8 and w.group_size == 64
+        return Q8G64_ONE_TILE_RING if q8g64 and layout == ONE_TILE and rows_bucket <= Q8G64_ONE_TILE_ROWS else (0, 0)
     if layout == TILES and rows_bucket >= 16:
         return DENSE_WIDE_RING
     if layout in (ONE_TILE, DEEP) and rows_bucket <= 4:

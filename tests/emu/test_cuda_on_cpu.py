@@ -585,6 +585,31 @@ def test_4_bit_one_tile_rings_of_3_stages_give_the_bits_of_4(monkeypatch, group)
         monkeypatch.delenv("MLX_METILE_CUDA_MMA_STAGES")
 
 
+def test_8_bit_group_64_one_tile_rings_of_3_stages_give_the_bits_of_4(monkeypatch):
+    """lower_mma_staged.ring_rule: single 8-bit group-64 products in ONE_TILE take rings of 3
+    stages at 1-16 rows (4 at 32; DEEP and TILES keep theirs); the stages move loads only, so
+    every output bit equals the 4-stage ring's."""
+    from mlx_metile.compiler.lower_mma_staged import DEEP, ONE_TILE, TILES, ring_rule
+
+    spec = ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),), k_multiple=256)
+    assert ring_rule(spec, ONE_TILE, 1) == ring_rule(spec, ONE_TILE, 16) == (0, 3)
+    assert ring_rule(spec, ONE_TILE, 32) == ring_rule(spec, DEEP, 8) == ring_rule(spec, TILES, 8) == (0, 0)
+    g128 = ProjectionSpec("bf16", (WeightFormat("bf16", 8, 128),), k_multiple=256)
+    assert ring_rule(g128, ONE_TILE, 8) == (0, 0)  # (unmeasured)
+    case = Case(spec, 4096, 40, rows=16)  # 8 stages of 8-bit weights per warp: a ring of 3 wraps
+    _set(monkeypatch, {})
+    assert "metile_cp_wait<1>" in compile_projection(spec, 16, "cuda", ONE_TILE).source  # 3 stages
+    assert "metile_cp_wait<2>" in compile_projection(spec, 32, "cuda", ONE_TILE).source  # 4 at 32 rows
+    for bucket, rows in ((1, 1), (8, 5), (16, 16)):
+        _set(monkeypatch, {})
+        three = case.run(bucket, rows, ONE_TILE)
+        case.check(three, rows, f"3-stage 8-bit ring rows={rows}")
+        _set(monkeypatch, {"STAGES": "4"})
+        assert "metile_cp_wait<2>" in compile_projection(spec, bucket, "cuda", ONE_TILE).source
+        assert all(np.array_equal(a, b) for a, b in zip(three, case.run(bucket, rows, ONE_TILE))), rows
+        monkeypatch.delenv("MLX_METILE_CUDA_MMA_STAGES")
+
+
 def test_8_bit_group_128_swiglu_takes_a_dynamic_ring_at_every_row_bucket(monkeypatch):
     """lower_mma_staged.ring_rule: the 8-bit group-128 SwiGLU gate/up, whose one-tile rings of 2
     stages exceed 48 KB, takes the staged ring in dynamic shared memory instead of the direct
