@@ -236,12 +236,19 @@ def ring_stages(
 #   14336 -> 4096 and 4096 -> 4096, groups 64 and 128 (bench/results/h200-ab-2026-11-30-session15.json,
 #   call 1, with a repeat of the default within 1%; call 11 of session 14 the same on 14336 ->
 #   4096). SPREAD (8960 -> 1536) measured 0.98-1.00x, 8-bit weights' DEEP 0.95-0.98x: not there.
-# - single products of 8-bit group-64 weights in ONE_TILE at 1-16 rows: 3 stages instead of 4
-#   (26 KB of rings a block instead of 35): 1.02-1.03x on 4096 -> 4096 and 3072 -> 3072, 1.00-1.01x
-#   on 2048 -> 2048, bit-identical, in two rounds whose repeats of the default agreed within 1%
-#   (bench/results/h200-ab-2026-11-30-session21.json, call 6; 32 rows unmeasured). Not DEEP (14336
-#   -> 4096 0.97-0.99x, call 5; 0.95-0.98x in session 15) nor the TILES layout's 2 tiles, whose third
-#   stage needs dynamic shared memory (4096 -> 14336 0.84-0.85x, call 5).
+# - single quantized products in ONE_TILE (and ONE_TILE_WIDE), by format and row bucket
+#   (ONE_TILE_STAGES; 8-bit group 128 keeps its stages): fewer stages than the 4 that fit its
+#   48 KB, with more of the SM left to L1 for x. Kernel alone, bit-identical, against the default and a repeat of it
+#   (bench/results/h200-ab-2026-11-30-session21.json, calls 6 and 9-12; 4096 -> 4096, 3072 -> 3072
+#   and 3584 -> 3584, 2048 -> 2048 too small to resolve): 4-bit group 32 2 stages at 1-16 rows
+#   1.07-1.12x (0.96-0.98x at 32: kept); 4-bit group 64 2 stages 1.03-1.05x at 1-8 rows against
+#   the 3 above, 1.05-1.07x at 16, 1.03-1.07x at 32; 4-bit group 128 2 stages at 16-32 1.02-1.06x
+#   (at 1-8 0.99-1.03x against 3: kept); 8-bit group 32 3 stages at 1-8 1.03-1.06x, 2 at 16-32
+#   1.03-1.09x; 8-bit group 64 3 stages at 1-16 1.00-1.03x, 2 at 32 1.01-1.04x. Not DEEP (4-bit group
+#   32 on 4096 -> 1024 0.97-1.00x at 1-8 rows and 0.92x at 32; 8-bit group 64 0.97-0.99x) nor
+#   TILES (4096 -> 14336: 1.00x). ONE_TILE_WIDE, whose one-tile kernels are ONE_TILE's, the same
+#   (5120 -> 5120, call 12: 1.01-1.12x where the table changes the stages, but 4-bit group 128
+#   0.99x at 32 rows; 4-bit group 32's 2 stages at 32 rows there 0.81x, hence kept at 32).
 # - the SwiGLU gate/up of 8-bit group-128 weights in TILES, whose one-tile rings of 2 stages
 #   (2 x 256 bytes a column per stage) exceed 48 KB, so that it took the direct loads: the staged
 #   ring in 80 KB of dynamic shared memory, at every row bucket (staged and direct loads may
@@ -252,8 +259,9 @@ def ring_stages(
 DENSE_WIDE_RING = (100, 0)  # (KB, stages: 0 as many as fit)
 DENSE_DEEP_RING = (80, 3)
 Q4_ONE_TILE_RING = (0, 3)  # (KB: 0 the default budget, stages)
-Q8G64_ONE_TILE_RING = (0, 3)
-Q8G64_ONE_TILE_ROWS = 16  # (the row buckets measured)
+# (bits, group) -> stages at 1-8, 16 and 32 rows in ONE_TILE and ONE_TILE_WIDE; 0: as the rules
+# below / the default
+ONE_TILE_STAGES = {(4, 32): (2, 2, 0), (4, 64): (2, 2, 2), (4, 128): (3, 2, 2), (8, 32): (3, 2, 2), (8, 64): (3, 3, 2)}
 Q8G128_SWIGLU_RING = (80, 0)
 
 
@@ -270,12 +278,14 @@ def ring_rule(spec: ProjectionSpec, layout: int, rows_bucket: int) -> tuple[int,
     if len(spec.weights) != 1:  # the rules below: single products, what was measured
         return (0, 0)
     if w.quantized:
+        by_rows = ONE_TILE_STAGES.get((w.bits, w.group_size))
+        if layout in (ONE_TILE, ONE_TILE_WIDE) and by_rows and rows_bucket <= 32:  # (one kernel)
+            stages = by_rows[0 if rows_bucket <= 8 else 1 if rows_bucket <= 16 else 2]
+            if stages:
+                return (0, stages)
         single_q4 = w.bits == 4 and w.group_size in (64, 128)
         one_tile = layout in (ONE_TILE, ONE_TILE_WIDE, DEEP)  # (DEEP: ONE_TILE's kernel for 4-bit weights)
-        if single_q4 and one_tile and rows_bucket <= 8:
-            return Q4_ONE_TILE_RING
-        q8g64 = w.bits == 8 and w.group_size == 64
-        return Q8G64_ONE_TILE_RING if q8g64 and layout == ONE_TILE and rows_bucket <= Q8G64_ONE_TILE_ROWS else (0, 0)
+        return Q4_ONE_TILE_RING if single_q4 and one_tile and rows_bucket <= 8 else (0, 0)
     if layout == TILES and rows_bucket >= 16:
         return DENSE_WIDE_RING
     if layout in (ONE_TILE, DEEP) and rows_bucket <= 4:

@@ -563,51 +563,56 @@ def test_dense_rings_in_dynamic_shared_memory_give_the_bits_of_the_48_kb_ones(mo
 
 @pytest.mark.parametrize("group", [64, 128])
 def test_4_bit_one_tile_rings_of_3_stages_give_the_bits_of_4(monkeypatch, group):
-    """lower_mma_staged.ring_rule: single 4-bit products in one tile (ONE_TILE, DEEP) take rings of 3 stages at
-    1-8 rows (4 at 16, and with the STAGES knob); the stages move loads only, so every output
-    bit equals the 4-stage ring's."""
-    from mlx_metile.compiler.lower_mma_staged import DEEP, ONE_TILE, SPREAD, TILES, ring_rule
+    """lower_mma_staged.ring_rule: single 4-bit products in DEEP (ONE_TILE's kernel for 4-bit
+    weights; ONE_TILE and ONE_TILE_WIDE by ONE_TILE_STAGES, below) take rings of 3 stages at 1-8
+    rows (4 at 16, and with the STAGES knob); the stages move loads only, so every output bit
+    equals the 4-stage ring's."""
+    from mlx_metile.compiler.lower_mma_staged import DEEP, SPREAD, TILES, ring_rule
 
     spec = ProjectionSpec("bf16", (WeightFormat("bf16", 4, group),), k_multiple=256)
     assert ring_rule(spec, TILES, 8) == ring_rule(spec, SPREAD, 8) == (0, 0)  # (measured no gain there)
-    assert ring_rule(spec, DEEP, 8) == ring_rule(spec, ONE_TILE, 8) == (0, 3)  # (one kernel for 4-bit)
+    assert ring_rule(spec, DEEP, 8) == (0, 3)
     case = Case(spec, 4096, 40, rows=8)  # 4 stages of 4-bit weights per warp: a ring of 3 wraps
     _set(monkeypatch, {})
-    assert "metile_cp_wait<1>" in compile_projection(spec, 8, "cuda", ONE_TILE).source  # 3 stages
-    assert "metile_cp_wait<2>" in compile_projection(spec, 16, "cuda", ONE_TILE).source  # 4 at 16 rows
+    assert "metile_cp_wait<1>" in compile_projection(spec, 8, "cuda", DEEP).source  # 3 stages
+    assert "metile_cp_wait<2>" in compile_projection(spec, 16, "cuda", DEEP).source  # 4 at 16 rows
     for rows in (1, 5, 8):
         _set(monkeypatch, {})
-        three = case.run(8, rows, ONE_TILE)
+        three = case.run(8, rows, DEEP)
         case.check(three, rows, f"3-stage ring group={group} rows={rows}")
         _set(monkeypatch, {"STAGES": "4"})
-        assert "metile_cp_wait<2>" in compile_projection(spec, 8, "cuda", ONE_TILE).source
-        assert all(np.array_equal(a, b) for a, b in zip(three, case.run(8, rows, ONE_TILE))), rows
+        assert "metile_cp_wait<2>" in compile_projection(spec, 8, "cuda", DEEP).source
+        assert all(np.array_equal(a, b) for a, b in zip(three, case.run(8, rows, DEEP))), rows
         monkeypatch.delenv("MLX_METILE_CUDA_MMA_STAGES")
 
 
-def test_8_bit_group_64_one_tile_rings_of_3_stages_give_the_bits_of_4(monkeypatch):
-    """lower_mma_staged.ring_rule: single 8-bit group-64 products in ONE_TILE take rings of 3
-    stages at 1-16 rows (4 at 32; DEEP and TILES keep theirs); the stages move loads only, so
-    every output bit equals the 4-stage ring's."""
-    from mlx_metile.compiler.lower_mma_staged import DEEP, ONE_TILE, TILES, ring_rule
+# (bits, group, row bucket, rows, stages of ring_rule's ONE_TILE_STAGES)
+ONE_TILE_STAGE_CASES = [(4, 32, 8, 5, 2), (4, 64, 1, 1, 2), (4, 128, 16, 16, 2), (8, 32, 4, 3, 3), (8, 64, 32, 20, 2)]
 
-    spec = ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),), k_multiple=256)
-    assert ring_rule(spec, ONE_TILE, 1) == ring_rule(spec, ONE_TILE, 16) == (0, 3)
-    assert ring_rule(spec, ONE_TILE, 32) == ring_rule(spec, DEEP, 8) == ring_rule(spec, TILES, 8) == (0, 0)
-    g128 = ProjectionSpec("bf16", (WeightFormat("bf16", 8, 128),), k_multiple=256)
-    assert ring_rule(g128, ONE_TILE, 8) == (0, 0)  # (unmeasured)
-    case = Case(spec, 4096, 40, rows=16)  # 8 stages of 8-bit weights per warp: a ring of 3 wraps
+
+@pytest.mark.parametrize("bits,group,bucket,rows,stages", ONE_TILE_STAGE_CASES)
+def test_one_tile_stage_table_gives_the_bits_of_4_stages(monkeypatch, bits, group, bucket, rows, stages):
+    """lower_mma_staged.ONE_TILE_STAGES: single quantized products in ONE_TILE take rings of 2-3
+    stages by format and row bucket (8-bit group 128, and the layouts not measured, keep theirs);
+    the stages move loads only, so every output bit equals the 4-stage ring's, over a K whose
+    warps' ranges make the ring wrap."""
+    from mlx_metile.compiler.lower_mma_staged import DEEP, ONE_TILE, ONE_TILE_STAGES, TILES, ring_rule
+
+    spec = ProjectionSpec("bf16", (WeightFormat("bf16", bits, group),), k_multiple=256)
+    assert ring_rule(spec, ONE_TILE, bucket) == (0, stages)
+    assert ring_rule(spec, TILES, bucket) == (0, 0)
+    if bits == 8:
+        assert ring_rule(spec, DEEP, bucket) == (0, 0)  # (8-bit DEEP: its own 8-warp kernel, unmeasured)
+    q8g128 = ProjectionSpec("bf16", (WeightFormat("bf16", 8, 128),), k_multiple=256)
+    assert (8, 128) not in ONE_TILE_STAGES and ring_rule(q8g128, ONE_TILE, bucket) == (0, 0)
+    case = Case(spec, 4096, 40, rows=rows)
     _set(monkeypatch, {})
-    assert "metile_cp_wait<1>" in compile_projection(spec, 16, "cuda", ONE_TILE).source  # 3 stages
-    assert "metile_cp_wait<2>" in compile_projection(spec, 32, "cuda", ONE_TILE).source  # 4 at 32 rows
-    for bucket, rows in ((1, 1), (8, 5), (16, 16)):
-        _set(monkeypatch, {})
-        three = case.run(bucket, rows, ONE_TILE)
-        case.check(three, rows, f"3-stage 8-bit ring rows={rows}")
-        _set(monkeypatch, {"STAGES": "4"})
-        assert "metile_cp_wait<2>" in compile_projection(spec, bucket, "cuda", ONE_TILE).source
-        assert all(np.array_equal(a, b) for a, b in zip(three, case.run(bucket, rows, ONE_TILE))), rows
-        monkeypatch.delenv("MLX_METILE_CUDA_MMA_STAGES")
+    assert f"metile_cp_wait<{stages - 2}>" in compile_projection(spec, bucket, "cuda", ONE_TILE).source
+    fewer = case.run(bucket, rows, ONE_TILE)
+    case.check(fewer, rows, f"{stages}-stage ring int{bits} g{group} rows={rows}")
+    _set(monkeypatch, {"STAGES": "4"})
+    assert "metile_cp_wait<2>" in compile_projection(spec, bucket, "cuda", ONE_TILE).source
+    assert all(np.array_equal(a, b) for a, b in zip(fewer, case.run(bucket, rows, ONE_TILE))), rows
 
 
 def test_8_bit_group_128_swiglu_takes_a_dynamic_ring_at_every_row_bucket(monkeypatch):
