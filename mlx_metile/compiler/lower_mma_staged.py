@@ -244,7 +244,7 @@ def ring_stages(
 #   1.07-1.12x (0.96-0.98x at 32: kept); 4-bit group 64 2 stages 1.03-1.05x at 1-8 rows against
 #   the 3 above, 1.05-1.07x at 16, 1.03-1.07x at 32; 4-bit group 128 2 stages at 16-32 1.02-1.06x
 #   (at 1-8 0.99-1.03x against 3: kept); 8-bit group 32 3 stages at 1-8 1.03-1.06x, 2 at 16-32
-#   1.03-1.09x; 8-bit group 64 3 stages at 1-16 1.00-1.03x, 2 at 32 1.01-1.04x. Not DEEP (4-bit group
+#   1.03-1.09x; 8-bit group 64 3 stages at 1-16 1.02-1.03x, 2 at 32 1.01-1.04x. Not DEEP (4-bit group
 #   32 on 4096 -> 1024 0.97-1.00x at 1-8 rows and 0.92x at 32; 8-bit group 64 0.97-0.99x) nor
 #   TILES (4096 -> 14336: 1.00x). ONE_TILE_WIDE, whose one-tile kernels are ONE_TILE's, the same
 #   (5120 -> 5120, call 12: 1.01-1.12x where the table changes the stages, but 4-bit group 128
