@@ -236,19 +236,16 @@ def ring_stages(
 #   14336 -> 4096 and 4096 -> 4096, groups 64 and 128 (bench/results/h200-ab-2026-11-30-session15.json,
 #   call 1, with a repeat of the default within 1%; call 11 of session 14 the same on 14336 ->
 #   4096). SPREAD (8960 -> 1536) measured 0.98-1.00x, 8-bit weights' DEEP 0.95-0.98x: not there.
-# - single quantized products in ONE_TILE (and ONE_TILE_WIDE), by format and row bucket
-#   (ONE_TILE_STAGES; 8-bit group 128 keeps its stages): fewer stages than the 4 that fit its
-#   48 KB, with more of the SM left to L1 for x. Kernel alone, bit-identical, against the default and a repeat of it
-#   (bench/results/h200-ab-2026-11-30-session21.json, calls 6 and 9-12; 4096 -> 4096, 3072 -> 3072
-#   and 3584 -> 3584, 2048 -> 2048 too small to resolve): 4-bit group 32 2 stages at 1-16 rows
-#   1.07-1.12x (0.96-0.98x at 32: kept); 4-bit group 64 2 stages 1.03-1.05x at 1-8 rows against
-#   the 3 above, 1.05-1.07x at 16, 1.03-1.07x at 32; 4-bit group 128 2 stages at 16-32 1.02-1.06x
-#   (at 1-8 0.99-1.03x against 3: kept); 8-bit group 32 3 stages at 1-8 1.03-1.06x, 2 at 16-32
-#   1.03-1.09x; 8-bit group 64 3 stages at 1-16 1.02-1.03x, 2 at 32 1.01-1.04x. Not DEEP (4-bit group
-#   32 on 4096 -> 1024 0.97-1.00x at 1-8 rows and 0.92x at 32; 8-bit group 64 0.97-0.99x) nor
-#   TILES (4096 -> 14336: 1.00x). ONE_TILE_WIDE, whose one-tile kernels are ONE_TILE's, the same
-#   (5120 -> 5120, call 12: 1.01-1.12x where the table changes the stages, but 4-bit group 128
-#   0.99x at 32 rows; 4-bit group 32's 2 stages at 32 rows there 0.81x, hence kept at 32).
+# - single quantized products in ONE_TILE and ONE_TILE_WIDE (one kernel), by format and row
+#   bucket (ONE_TILE_STAGES; 8-bit group 128 keeps its stages): 2-3 stages instead of the 4 that
+#   fit its 48 KB, leaving more of the SM to L1 for x. Kernel alone, bit-identical, each against
+#   the default and a repeat of it, two rounds on 4096 -> 4096, 3072 -> 3072, 3584 -> 3584 and
+#   5120 -> 5120 (bench/results/h200-ab-2026-11-30-session21.json, calls 6 and 9-12; the table in
+#   docs/CUDA_MEASUREMENTS.md): 1.01-1.12x wherever the stages change, but 4-bit group 128's 2
+#   at 32 rows on 5120 -> 5120 (0.99x). Kept: 4-bit group 32 at 32 rows (2 stages 0.81-0.98x),
+#   4-bit group 128 at 1-8 (3, as the rule above; 2 0.99-1.04x). Not DEEP (4-bit group 32 on
+#   4096 -> 1024 0.97-1.00x at 1-8 rows and 0.92x at 32; 8-bit group 64 0.97-0.99x) nor TILES
+#   (4096 -> 14336: 1.00x).
 # - the SwiGLU gate/up of 8-bit group-128 weights in TILES, whose one-tile rings of 2 stages
 #   (2 x 256 bytes a column per stage) exceed 48 KB, so that it took the direct loads: the staged
 #   ring in 80 KB of dynamic shared memory, at every row bucket (staged and direct loads may
