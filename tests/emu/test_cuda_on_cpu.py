@@ -565,8 +565,8 @@ def test_dense_rings_in_dynamic_shared_memory_give_the_bits_of_the_48_kb_ones(mo
 def test_4_bit_one_tile_rings_of_3_stages_give_the_bits_of_4(monkeypatch, group):
     """lower_mma_staged.ring_rule: single 4-bit products in DEEP (ONE_TILE's kernel for 4-bit
     weights; ONE_TILE and ONE_TILE_WIDE by ONE_TILE_STAGES, below) take rings of 3 stages at 1-8
-    rows (4 at 16, and with the STAGES knob); the stages move loads only, so every output bit
-    equals the 4-stage ring's."""
+    rows (at 16 as DEEP_STAGES says, and 4 with the STAGES knob); the stages move loads only, so
+    every output bit equals the 4-stage ring's."""
     from mlx_metile.compiler.lower_mma_staged import DEEP, SPREAD, TILES, ring_rule
 
     spec = ProjectionSpec("bf16", (WeightFormat("bf16", 4, group),), k_multiple=256)
@@ -575,7 +575,8 @@ def test_4_bit_one_tile_rings_of_3_stages_give_the_bits_of_4(monkeypatch, group)
     case = Case(spec, 4096, 40, rows=8)  # 4 stages of 4-bit weights per warp: a ring of 3 wraps
     _set(monkeypatch, {})
     assert "metile_cp_wait<1>" in compile_projection(spec, 8, "cuda", DEEP).source  # 3 stages
-    assert "metile_cp_wait<2>" in compile_projection(spec, 16, "cuda", DEEP).source  # 4 at 16 rows
+    sixteen = 4 if group == 128 else 2  # (DEEP_STAGES at 16 rows, below)
+    assert f"metile_cp_wait<{sixteen - 2}>" in compile_projection(spec, 16, "cuda", DEEP).source
     for rows in (1, 5, 8):
         _set(monkeypatch, {})
         three = case.run(8, rows, DEEP)
@@ -586,33 +587,40 @@ def test_4_bit_one_tile_rings_of_3_stages_give_the_bits_of_4(monkeypatch, group)
         monkeypatch.delenv("MLX_METILE_CUDA_MMA_STAGES")
 
 
-# (bits, group, row bucket, rows, stages of ring_rule's ONE_TILE_STAGES)
-ONE_TILE_STAGE_CASES = [(4, 32, 8, 5, 2), (4, 64, 1, 1, 2), (4, 128, 16, 16, 2), (8, 32, 4, 3, 3), (8, 64, 32, 20, 2)]
+# (bits, group, row bucket, rows, layout name, stages of ONE_TILE_STAGES / DEEP_STAGES)
+STAGE_TABLE_CASES = [
+    (4, 32, 8, 5, "ONE_TILE", 2),
+    (4, 64, 1, 1, "ONE_TILE", 2),
+    (4, 128, 16, 16, "ONE_TILE", 2),
+    (8, 32, 4, 3, "ONE_TILE", 3),
+    (8, 64, 32, 20, "ONE_TILE", 2),
+    (8, 64, 16, 16, "DEEP", 2),
+    (4, 128, 32, 20, "DEEP", 2),
+]
 
 
-@pytest.mark.parametrize("bits,group,bucket,rows,stages", ONE_TILE_STAGE_CASES)
-def test_one_tile_stage_table_gives_the_bits_of_4_stages(monkeypatch, bits, group, bucket, rows, stages):
-    """lower_mma_staged.ONE_TILE_STAGES: single quantized products in ONE_TILE take rings of 2-3
-    stages by format and row bucket (8-bit group 128, and the layouts not measured, keep theirs);
-    the stages move loads only, so every output bit equals the 4-stage ring's, over a K whose
-    warps' ranges make the ring wrap."""
-    from mlx_metile.compiler.lower_mma_staged import DEEP, ONE_TILE, ONE_TILE_STAGES, TILES, ring_rule
+@pytest.mark.parametrize("bits,group,bucket,rows,layout_name,stages", STAGE_TABLE_CASES)
+def test_stage_tables_give_the_bits_of_4_stages(monkeypatch, bits, group, bucket, rows, layout_name, stages):
+    """lower_mma_staged.ONE_TILE_STAGES / DEEP_STAGES: single quantized products in ONE_TILE (and
+    ONE_TILE_WIDE) and DEEP take rings of 2-3 stages by format and row bucket (8-bit group 128,
+    and the layouts not measured, keep theirs); the stages move loads only, so every output bit
+    equals the 4-stage ring's, over a K whose warps' ranges make the ring wrap."""
+    from mlx_metile.compiler import lower_mma_staged as staged
 
+    layout = getattr(staged, layout_name)
     spec = ProjectionSpec("bf16", (WeightFormat("bf16", bits, group),), k_multiple=256)
-    assert ring_rule(spec, ONE_TILE, bucket) == (0, stages)
-    assert ring_rule(spec, TILES, bucket) == (0, 0)
-    if bits == 8:
-        assert ring_rule(spec, DEEP, bucket) == (0, 0)  # (8-bit DEEP: its own 8-warp kernel, unmeasured)
+    assert staged.ring_rule(spec, layout, bucket) == (0, stages)
+    assert staged.ring_rule(spec, staged.TILES, bucket) == (0, 0)
     q8g128 = ProjectionSpec("bf16", (WeightFormat("bf16", 8, 128),), k_multiple=256)
-    assert (8, 128) not in ONE_TILE_STAGES and ring_rule(q8g128, ONE_TILE, bucket) == (0, 0)
+    assert staged.ring_rule(q8g128, layout, bucket) == (0, 0)
     case = Case(spec, 4096, 40, rows=rows)
     _set(monkeypatch, {})
-    assert f"metile_cp_wait<{stages - 2}>" in compile_projection(spec, bucket, "cuda", ONE_TILE).source
-    fewer = case.run(bucket, rows, ONE_TILE)
-    case.check(fewer, rows, f"{stages}-stage ring int{bits} g{group} rows={rows}")
+    assert f"metile_cp_wait<{stages - 2}>" in compile_projection(spec, bucket, "cuda", layout).source
+    fewer = case.run(bucket, rows, layout)
+    case.check(fewer, rows, f"{stages}-stage ring int{bits} g{group} {layout_name} rows={rows}")
     _set(monkeypatch, {"STAGES": "4"})
-    assert "metile_cp_wait<2>" in compile_projection(spec, bucket, "cuda", ONE_TILE).source
-    assert all(np.array_equal(a, b) for a, b in zip(fewer, case.run(bucket, rows, ONE_TILE))), rows
+    assert "metile_cp_wait<2>" in compile_projection(spec, bucket, "cuda", layout).source
+    assert all(np.array_equal(a, b) for a, b in zip(fewer, case.run(bucket, rows, layout))), rows
 
 
 def test_8_bit_group_128_swiglu_takes_a_dynamic_ring_at_every_row_bucket(monkeypatch):
