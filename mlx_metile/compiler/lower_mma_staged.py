@@ -246,8 +246,9 @@ def ring_stages(
 #   4-bit group 128 at 1-8 (3, as the rule above; 2 0.99-1.04x). Not DEEP (4-bit group 32 on
 #   4096 -> 1024 0.97-1.00x at 1-8 rows and 0.92x at 32; 8-bit group 64 0.97-0.99x) nor TILES
 #   (4096 -> 14336: 1.00x). DEEP at 16-32 rows, where its warps are 4 (DEEP_STAGES): 2 stages
-#   on 14336 -> 4096, 4096 -> 2048 and 4096 -> 1024 (call 16) 1.01-1.05x for 4-bit group 64,
-#   8-bit groups 32 and 64, and 4-bit group 128 at 32 rows (at 16 0.97-1.03x: kept).
+#   on 14336 -> 4096, 4096 -> 2048 and 4096 -> 1024 (calls 10-11, 16) 1.01-1.06x for 4-bit
+#   groups 32 (at 16 rows; 0.92-0.97x at 32: kept) and 64, 8-bit groups 32 and 64, and 4-bit
+#   group 128 at 32 rows (at 16 0.97-1.03x: kept).
 # - the SwiGLU gate/up of 8-bit group-128 weights in TILES, whose one-tile rings of 2 stages
 #   (2 x 256 bytes a column per stage) exceed 48 KB, so that it took the direct loads: the staged
 #   ring in 80 KB of dynamic shared memory, at every row bucket (staged and direct loads may
@@ -261,7 +262,7 @@ Q4_ONE_TILE_RING = (0, 3)  # (KB: 0 the default budget, stages)
 # (bits, group) -> stages at 1-8, 16 and 32 rows of single quantized products, by layout; 0: as the
 # rules below / the default
 ONE_TILE_STAGES = {(4, 32): (2, 2, 0), (4, 64): (2, 2, 2), (4, 128): (3, 2, 2), (8, 32): (3, 2, 2), (8, 64): (3, 3, 2)}
-DEEP_STAGES = {(4, 64): (0, 2, 2), (4, 128): (0, 0, 2), (8, 32): (0, 2, 2), (8, 64): (0, 2, 2)}
+DEEP_STAGES = {(4, 32): (0, 2, 0), (4, 64): (0, 2, 2), (4, 128): (0, 0, 2), (8, 32): (0, 2, 2), (8, 64): (0, 2, 2)}
 Q8G128_SWIGLU_RING = (80, 0)
 
 
