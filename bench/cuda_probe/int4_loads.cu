@@ -117,16 +117,8 @@ void timeit(const char* name, F launch) {
 
 int main() {
   std::vector<Set> sets;
-  for (int p = 0; p < POOL; ++p) {
-    void *w, *s, *z;
-    cudaMalloc(&w, WBYTES);
-    cudaMalloc(&s, SBYTES);
-    cudaMalloc(&z, SBYTES);
-    cudaMemset(w, p + 1, WBYTES);
-    cudaMemset(s, 1, SBYTES);
-    cudaMemset(z, 2, SBYTES);
-    sets.push_back({(const unsigned*)w, (const unsigned short*)s, (const unsigned short*)z});
-  }
+  for (const RawSet& r : weight_pool(WBYTES, SBYTES, POOL))
+    sets.push_back({(const unsigned*)r.w, (const unsigned short*)r.s, (const unsigned short*)r.z});
   const size_t n16 = (WBYTES + 2 * SBYTES) / 16;
   const auto flats = flat_pool(WBYTES + 2 * SBYTES, POOL);
   int sms;

@@ -68,3 +68,23 @@ inline std::vector<const uint4*> flat_pool(size_t bytes, int pool) {
   }
   return bufs;
 }
+
+// `pool` sets of a quantized weight's buffers (weights, scales, biases), each filled with bytes
+// of its own, for the copy probes (ring_patterns.cu, int4_loads.cu)
+struct RawSet {
+  void *w, *s, *z;
+};
+inline std::vector<RawSet> weight_pool(size_t wbytes, size_t sbytes, int pool) {
+  std::vector<RawSet> sets;
+  for (int p = 0; p < pool; ++p) {
+    RawSet r;
+    cudaMalloc(&r.w, wbytes);
+    cudaMalloc(&r.s, sbytes);
+    cudaMalloc(&r.z, sbytes);
+    cudaMemset(r.w, p + 1, wbytes);
+    cudaMemset(r.s, 1, sbytes);
+    cudaMemset(r.z, 2, sbytes);
+    sets.push_back(r);
+  }
+  return sets;
+}

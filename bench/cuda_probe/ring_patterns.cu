@@ -278,16 +278,8 @@ int main(int argc, char** argv) {
   const size_t wbytes = size_t(N) * COLB, sbytes = size_t(N) * SCB;
   g_bytes = wbytes + 2 * sbytes;
   std::vector<Set> sets;
-  for (int p = 0; p < POOL; ++p) {
-    void *w, *s, *z;
-    cudaMalloc(&w, wbytes);
-    cudaMalloc(&s, sbytes);
-    cudaMalloc(&z, sbytes);
-    cudaMemset(w, p + 1, wbytes);
-    cudaMemset(s, 1, sbytes);
-    cudaMemset(z, 2, sbytes);
-    sets.push_back({(const char*)w, (const char*)s, (const char*)z});
-  }
+  for (const RawSet& r : weight_pool(wbytes, sbytes, POOL))
+    sets.push_back({(const char*)r.w, (const char*)r.s, (const char*)r.z});
   const size_t n16 = g_bytes / 16;
   const auto flats = flat_pool(g_bytes, POOL);
   int sms;
