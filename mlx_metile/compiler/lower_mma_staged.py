@@ -243,9 +243,9 @@ def ring_stages(
 #   5120 -> 5120 (bench/results/h200-ab-2026-11-30-session21.json, calls 6 and 9-12; the table in
 #   docs/CUDA_MEASUREMENTS.md): 1.01-1.12x wherever the stages change, but 4-bit group 128's 2
 #   at 32 rows on 5120 -> 5120 (0.99x). Kept: 4-bit group 32 at 32 rows (2 stages 0.81-0.98x),
-#   4-bit group 128 at 1-8 (3, as the rule above; 2 0.99-1.04x). Not DEEP (4-bit group 32 on
-#   4096 -> 1024 0.97-1.00x at 1-8 rows and 0.92x at 32; 8-bit group 64 0.97-0.99x) nor TILES
-#   (4096 -> 14336: 1.00x). DEEP at 16-32 rows, where its warps are 4 (DEEP_STAGES): 2 stages
+#   4-bit group 128 at 1-8 (3, as the rule above; 2 0.99-1.04x). Not DEEP at 1-8 rows (4-bit
+#   group 32 on 4096 -> 1024 0.97-1.00x; 8-bit group 64 0.97-0.99x) nor TILES (4096 -> 14336:
+#   1.00x). DEEP at 16-32 rows, where its warps are 4 (DEEP_STAGES): 2 stages
 #   on 14336 -> 4096, 4096 -> 2048 and 4096 -> 1024 (calls 10-11, 16) 1.01-1.06x for 4-bit
 #   groups 32 (at 16 rows; 0.92-0.97x at 32: kept) and 64, 8-bit groups 32 and 64, and 4-bit
 #   group 128 at 32 rows (at 16 0.97-1.03x: kept).
