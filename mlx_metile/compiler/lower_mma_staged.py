@@ -248,7 +248,10 @@ def ring_stages(
 #   1.00x). DEEP at 16-32 rows, where its warps are 4 (DEEP_STAGES): 2 stages
 #   on 14336 -> 4096, 4096 -> 2048 and 4096 -> 1024 (calls 10-11, 16) 1.01-1.06x for 4-bit
 #   groups 32 (at 16 rows; 0.92-0.97x at 32: kept) and 64, 8-bit groups 32 and 64, and 4-bit
-#   group 128 at 32 rows (at 16 0.97-1.03x: kept).
+#   group 128 at 32 rows (at 16 0.97-1.03x: kept). ONE_WAVE, ONE_TILE's kernel at 5 blocks an SM,
+#   whose 4-stage rings leave L1 almost nothing (ONE_WAVE_STAGES; 1536 -> 8960, call 22): 2 stages
+#   1.04-1.14x at 1-16 rows for every 4/8-bit format but 8-bit group 128 (8-bit group 64: at 1-4
+#   rows, TILES from 8), 1.02-1.06x at 32 (4-bit group 32 0.95x there: kept).
 # - the SwiGLU gate/up of 8-bit group-128 weights in TILES, whose one-tile rings of 2 stages
 #   (2 x 256 bytes a column per stage) exceed 48 KB, so that it took the direct loads: the staged
 #   ring in 80 KB of dynamic shared memory, at every row bucket (staged and direct loads may
@@ -263,6 +266,7 @@ Q4_ONE_TILE_RING = (0, 3)  # (KB: 0 the default budget, stages)
 # rules below / the default
 ONE_TILE_STAGES = {(4, 32): (2, 2, 0), (4, 64): (2, 2, 2), (4, 128): (3, 2, 2), (8, 32): (3, 2, 2), (8, 64): (3, 3, 2)}
 DEEP_STAGES = {(4, 32): (0, 2, 0), (4, 64): (0, 2, 2), (4, 128): (0, 0, 2), (8, 32): (0, 2, 2), (8, 64): (0, 2, 2)}
+ONE_WAVE_STAGES = {(4, 32): (2, 2, 0), (4, 64): (2, 2, 2), (4, 128): (2, 2, 2), (8, 32): (2, 2, 2), (8, 64): (2, 0, 0)}
 Q8G128_SWIGLU_RING = (80, 0)
 
 
@@ -279,7 +283,12 @@ def ring_rule(spec: ProjectionSpec, layout: int, rows_bucket: int) -> tuple[int,
     if len(spec.weights) != 1:  # the rules below: single products, what was measured
         return (0, 0)
     if w.quantized:
-        tables = {ONE_TILE: ONE_TILE_STAGES, ONE_TILE_WIDE: ONE_TILE_STAGES, DEEP: DEEP_STAGES}  # (OTW: one kernel)
+        tables = {
+            ONE_TILE: ONE_TILE_STAGES,
+            ONE_TILE_WIDE: ONE_TILE_STAGES,
+            DEEP: DEEP_STAGES,
+            ONE_WAVE: ONE_WAVE_STAGES,
+        }
         by_rows = tables.get(layout, {}).get((w.bits, w.group_size))
         if by_rows and rows_bucket <= 32:
             stages = by_rows[0 if rows_bucket <= 8 else 1 if rows_bucket <= 16 else 2]

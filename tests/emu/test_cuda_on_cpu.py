@@ -587,7 +587,7 @@ def test_4_bit_one_tile_rings_of_3_stages_give_the_bits_of_4(monkeypatch, group)
         monkeypatch.delenv("MLX_METILE_CUDA_MMA_STAGES")
 
 
-# (bits, group, row bucket, rows, layout name, stages of ONE_TILE_STAGES / DEEP_STAGES)
+# (bits, group, row bucket, rows, layout name, stages of the layout's table in lower_mma_staged)
 STAGE_TABLE_CASES = [
     (4, 32, 8, 5, "ONE_TILE", 2),
     (4, 64, 1, 1, "ONE_TILE", 2),
@@ -597,15 +597,17 @@ STAGE_TABLE_CASES = [
     (8, 64, 16, 16, "DEEP", 2),
     (4, 128, 32, 20, "DEEP", 2),
     (4, 32, 16, 9, "DEEP", 2),
+    (8, 32, 8, 7, "ONE_WAVE", 2),
 ]
 
 
 @pytest.mark.parametrize("bits,group,bucket,rows,layout_name,stages", STAGE_TABLE_CASES)
 def test_stage_tables_give_the_bits_of_4_stages(monkeypatch, bits, group, bucket, rows, layout_name, stages):
-    """lower_mma_staged.ONE_TILE_STAGES / DEEP_STAGES: single quantized products in ONE_TILE (and
-    ONE_TILE_WIDE) and DEEP take rings of 2-3 stages by format and row bucket (8-bit group 128,
-    and the layouts not measured, keep theirs); the stages move loads only, so every output bit
-    equals the 4-stage ring's, over a K whose warps' ranges make the ring wrap."""
+    """lower_mma_staged.ONE_TILE_STAGES / DEEP_STAGES / ONE_WAVE_STAGES: single quantized products
+    in ONE_TILE (and ONE_TILE_WIDE), DEEP and ONE_WAVE take rings of 2-3 stages by format and row
+    bucket (8-bit group 128, and the layouts not measured, keep theirs); the stages move loads
+    only, so every output bit equals the 4-stage ring's, over a K whose warps' ranges make the
+    ring wrap."""
     from mlx_metile.compiler import lower_mma_staged as staged
 
     layout = getattr(staged, layout_name)
