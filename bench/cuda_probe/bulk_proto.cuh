@@ -75,6 +75,13 @@ __device__ __forceinline__ Chunk load_chunk(const unsigned char* slot, int g, in
   return c;
 }
 
+// Row g of the block's 8 rows of x (row 0 where it lies past M; ok says whether it is real)
+__device__ __forceinline__ const __nv_bfloat16* x_row(const __nv_bfloat16* x, int g, int M, int K, bool& ok) {
+  const int row = blockIdx.y * 8 + g;
+  ok = row < M;
+  return x + (size_t)(ok ? row : 0) * K;
+}
+
 // The lane's 16 k of x (row g) for each of the chunk's 4 groups from k0 (its quarter t of each)
 __device__ __forceinline__ void load_x(uint4 (&x0)[4], uint4 (&x1)[4], const __nv_bfloat16* xr, bool ok, int k0,
                                        int t) {
@@ -167,9 +174,8 @@ __global__ void __launch_bounds__(128, MINB)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int ks = K / KC, S = CT * ks;
   const int nbase = blockIdx.x * 16 * CT;
-  const int xrow = blockIdx.y * 8 + g;
-  const bool xok = xrow < M;
-  const __nv_bfloat16* xr = x + (size_t)(xok ? xrow : 0) * K;
+  bool xok;
+  const __nv_bfloat16* xr = x_row(x, g, M, K, xok);
   init_barriers(bars, D, 1);
   auto issue = [&](int st) {
     issue_stage<KC>(dyn + (st % D) * L::BYTES, &bars[st % D], w, s, z, nbase + st / ks * 16, st % ks, K, lane);
@@ -233,9 +239,8 @@ __global__ void __launch_bounds__(128, MINB)
   __shared__ float red[2][4][4][32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int ks = K / KC, S = persistent_tiles(N) * ks;
-  const int xrow = blockIdx.y * 8 + g;
-  const bool xok = xrow < M;
-  const __nv_bfloat16* xr = x + (size_t)(xok ? xrow : 0) * K;
+  bool xok;
+  const __nv_bfloat16* xr = x_row(x, g, M, K, xok);
   const int g0 = warp * L::GPW;
   init_barriers(bars, D, 1);
   auto issue = [&](int j) {
@@ -299,9 +304,8 @@ __global__ void __launch_bounds__(160, MINB)
     }
     return;
   }
-  const int xrow = blockIdx.y * 8 + g;
-  const bool xok = xrow < M;
-  const __nv_bfloat16* xr = x + (size_t)(xok ? xrow : 0) * K;
+  bool xok;
+  const __nv_bfloat16* xr = x_row(x, g, M, K, xok);
   const int g0 = warp * L::GPW;
   uint4 xn0[4], xn1[4];
   if (S > 0) load_x(xn0, xn1, xr, xok, g0 * 64, t);

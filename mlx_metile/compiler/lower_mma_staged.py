@@ -283,13 +283,7 @@ def ring_rule(spec: ProjectionSpec, layout: int, rows_bucket: int) -> tuple[int,
     if len(spec.weights) != 1:  # the rules below: single products, what was measured
         return (0, 0)
     if w.quantized:
-        tables = {
-            ONE_TILE: ONE_TILE_STAGES,
-            ONE_TILE_WIDE: ONE_TILE_STAGES,
-            DEEP: DEEP_STAGES,
-            ONE_WAVE: ONE_WAVE_STAGES,
-        }
-        by_rows = tables.get(layout, {}).get((w.bits, w.group_size))
+        by_rows = STAGE_TABLES.get(layout, {}).get((w.bits, w.group_size))
         if by_rows and rows_bucket <= 32:
             stages = by_rows[0 if rows_bucket <= 8 else 1 if rows_bucket <= 16 else 2]
             if stages:
@@ -339,6 +333,8 @@ SHORT_K = 4096
 # run as one wave at 4 blocks per SM: the same kernels but for dense weights at 1-4 rows, which keep
 # the 48 KB ring there instead of the deep ring's 80 KB (2 blocks per SM; see ring_rule).
 TILES, ONE_TILE, SPREAD, DEEP, ONE_WAVE, ONE_TILE_WIDE = LAYOUTS = (0, 1, 2, 3, 4, 5)
+# ring_rule's stage tables by layout (ONE_TILE_WIDE's one-tile kernels are ONE_TILE's)
+STAGE_TABLES = {ONE_TILE: ONE_TILE_STAGES, ONE_TILE_WIDE: ONE_TILE_STAGES, DEEP: DEEP_STAGES, ONE_WAVE: ONE_WAVE_STAGES}
 WAVE_BLOCKS = 5
 SMS = 132  # SMs of the H200
 SPREAD_COLUMNS = SMS * TILE
