@@ -149,9 +149,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
     ap.add_argument("--format", default="q4g64")
-    ap.add_argument("--epilogue", choices=("none", "swiglu"), default="swiglu")
+    ap.add_argument(
+        "--epilogue", choices=("none", "swiglu", "qkv"), default="swiglu", help="qkv: --n's weights, concatenated"
+    )
     ap.add_argument("--k", type=int, default=4096)
-    ap.add_argument("--n", type=int, default=14336)
+    ap.add_argument("--n", default="14336", help="output columns; with --epilogue qkv one per weight (4096,1024,1024)")
     ap.add_argument("--rows", default="1,2,4,8,16,32")
     ap.add_argument("--pool", type=int, default=8)
     ap.add_argument("--variant", action="append", required=True, help="NAME=VAR=v;VAR=v (empty: defaults)")
@@ -160,20 +162,26 @@ def main() -> None:
     )
     args = ap.parse_args()
     bits, group = parse_format(args.format)
-    nw = 2 if args.epilogue == "swiglu" else 1
+    Ns = [int(n) for n in args.n.split(",")]
+    if (args.epilogue == "qkv") != (len(Ns) > 1):
+        raise SystemExit("--n: several widths with --epilogue qkv (and only there)")
+    nw = 2 if args.epilogue == "swiglu" else len(Ns)
+    Ns = Ns * nw if args.epilogue == "swiglu" else Ns
     spec = ProjectionSpec(
         "bf16",
         tuple(WeightFormat("bf16", bits, group, False, "bf16") if bits else WeightFormat("bf16") for _ in range(nw)),
-        "swiglu" if nw == 2 else None,
+        "swiglu" if args.epilogue == "swiglu" else None,
         False,
         k_multiple=math.gcd(args.k, 256),  # as the op derives it for CUDA
     )
     rows = [int(r) for r in args.rows.split(",")]
-    K, N = args.k, args.n
+    K, N = args.k, Ns[0]
+    cols = N if args.epilogue == "swiglu" else sum(Ns)  # the op's: the gate's columns, else the concatenated ones
+    n_out = sum(Ns) if args.epilogue == "qkv" else N  # outputs one after another in y
     alloc, params = [], None
     sources, variants = [], []
     # the op's, unless given
-    layout = column_layout(N, K, bool(bits) and nw == 1) if args.layout is None else args.layout
+    layout = column_layout(cols, K, bool(bits) and nw == 1) if args.layout is None else args.layout
     blas = [text.partition("=")[0] for text in args.variant if text.partition("=")[0] == "cublas"]
     if blas and (bits or nw != 1):
         raise SystemExit("--variant cublas: dense bf16 single products only (--format bf16 --epilogue none)")
@@ -209,8 +217,9 @@ def main() -> None:
             for p in art.params:
                 if p.kind == "scalar":
                     args_c.append({"M": "rows", "K": "K"}.get(p.name, p.name.replace("N", "N[") + "]"))
-                elif p.output:
-                    args_c.append(f"({ {'bf16': '__nv_bfloat16'}[p.dtype] }*)y")
+                elif p.output:  # output i after the rows x N[j] of the outputs before it
+                    at = sum(Ns[: int(p.name[1:] or 0)]) if args.epilogue == "qkv" else 0
+                    args_c.append(f"({ {'bf16': '__nv_bfloat16'}[p.dtype] }*)y + (size_t)rows * {at}")
                 elif p.name == "x":
                     args_c.append("(const __nv_bfloat16*)x")
                 else:
@@ -219,7 +228,7 @@ def main() -> None:
                     )
                     ctype = {"u32": "unsigned", "bf16": "__nv_bfloat16"}[p.dtype]
                     args_c.append(f"(const {ctype}*)sets[p][{idx}]")
-            grid_x, bm = art.grid(1, N)[0] * (2 if "khalf" in hacks else 1), art.schedule.BM
+            grid_x, bm = art.grid(1, cols)[0] * (2 if "khalf" in hacks else 1), art.schedule.BM
             row_blocks = f"(rows + {bm} - 1) / {bm}"
             grid = f"dim3({row_blocks}, {grid_x}, 1)" if "rowsfirst" in hacks else f"dim3({grid_x}, {row_blocks}, 1)"
             variants.append(
@@ -233,16 +242,16 @@ def main() -> None:
         if p.name.startswith("w") and not bits:  # dense: values, not bit patterns (no NaNs)
             seed = f"{i * 4 + 1}u + p * 977u"
             alloc.append(f"    sets[p].push_back(alloc_bf16((size_t)N[{i}] * K, {seed}, -0.05f, 0.05f));")
-            wbytes += N * K * 2
+            wbytes += Ns[i] * K * 2
         elif p.name.startswith("w"):
             seed, bytes_ = f"{i * 4 + 1}u + p * 977u", f"(size_t)N[{i}] * K * {bits} / 8"
             alloc.append(f"    sets[p].push_back(alloc_bits({bytes_}, {seed}));")
-            wbytes += N * K * bits // 8
+            wbytes += Ns[i] * K * bits // 8
         elif p.name.startswith(("scales", "biases")):
             n = f"(size_t)N[{i}] * (K / {group})"
             lo, hi = ("0.001f", "0.01f") if p.name.startswith("scales") else ("-0.05f", "0.05f")
             alloc.append(f"    sets[p].push_back(alloc_bf16({n}, {i * 4 + 2}u + p * 977u, {lo}, {hi}));")
-            wbytes += N * (K // group) * 2
+            wbytes += Ns[i] * (K // group) * 2
         else:
             alloc.append(f"    sets[p].push_back(alloc_bf16((size_t)N[{i}], 3u, 0.0f, 0.0f));")
     body = []
@@ -258,7 +267,7 @@ def main() -> None:
             "@ARGS@": args_c,
             "@SMEM@": str(smem),
             "@FIRST@": first,
-            "@NOUT@": "N[0]",
+            "@NOUT@": str(n_out),
         }.items():
             text = text.replace(key, val)
         body.append(f"    if (rows > {lo} && rows <= {bucket}) {text}")
@@ -267,10 +276,10 @@ def main() -> None:
     for key, val in {
         "@K@": str(K),
         "@ROWS@": ", ".join(map(str, rows)),
-        "@NS@": ", ".join([str(N)] * nw),
+        "@NS@": ", ".join(map(str, Ns)),
         "@POOL@": str(args.pool),
         "@ALLOC@": "\n".join(alloc),
-        "@NOUT@": "N[0]",
+        "@NOUT@": str(n_out),
         "@BYTES@": f"{float(wbytes)}",
         "@VARIANTS@": "\n".join(body),
     }.items():

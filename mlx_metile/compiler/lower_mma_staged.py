@@ -252,6 +252,15 @@ def ring_stages(
 #   whose 4-stage rings leave L1 almost nothing (ONE_WAVE_STAGES; 1536 -> 8960, call 22): 2 stages
 #   1.04-1.14x at 1-16 rows for every 4/8-bit format but 8-bit group 128 (8-bit group 64: at 1-4
 #   rows, TILES from 8), 1.02-1.06x at 32 (4-bit group 32 0.95x there: kept).
+# - fused products of 4/8-bit weights concatenated into one accumulator (q/k/v) in ONE_TILE_WIDE
+#   (CONCAT_STAGES; session 22, call 4, bench/results/h200-ab-2026-11-30-session22.json): 4096 ->
+#   4096 + 1024 + 1024, 3072 -> 3072 + 2 x 1024, 3584 -> 3584 + 2 x 512 and 5120 -> 5120 + 2 x 1024,
+#   two rounds, bit-identical: 2 stages 1.03-1.16x at 1-16 rows for every 4-bit group and both
+#   8-bit groups at 16, 3 for 8-bit weights at 1-8 rows (1.02-1.08x), at 32 rows 2 for 4-bit group
+#   128 (1.02-1.09x) and 3 for 8-bit group 32 (1.01-1.02x); kept at 32 rows for 4-bit groups 32 and
+#   64 (2 stages 0.82-1.01x) and 8-bit group 64 (0.97-1.02x). Qwen2.5-1.5B's 1536 -> 1536 + 2 x 256
+#   (ONE_TILE, 128 blocks) moved within the noise either way: its layout keeps its stages. The
+#   SwiGLU gate/up needs no table: two weights a stage already leave it 2 stages in 48 KB.
 # - the SwiGLU gate/up of 8-bit group-128 weights in TILES, whose one-tile rings of 2 stages
 #   (2 x 256 bytes a column per stage) exceed 48 KB, so that it took the direct loads: the staged
 #   ring in 80 KB of dynamic shared memory, at every row bucket (staged and direct loads may
@@ -267,6 +276,7 @@ Q4_ONE_TILE_RING = (0, 3)  # (KB: 0 the default budget, stages)
 ONE_TILE_STAGES = {(4, 32): (2, 2, 0), (4, 64): (2, 2, 2), (4, 128): (3, 2, 2), (8, 32): (3, 2, 2), (8, 64): (3, 3, 2)}
 DEEP_STAGES = {(4, 32): (0, 2, 0), (4, 64): (0, 2, 2), (4, 128): (0, 0, 2), (8, 32): (0, 2, 2), (8, 64): (0, 2, 2)}
 ONE_WAVE_STAGES = {(4, 32): (2, 2, 0), (4, 64): (2, 2, 2), (4, 128): (2, 2, 2), (8, 32): (2, 2, 2), (8, 64): (2, 0, 0)}
+CONCAT_STAGES = {(4, 32): (2, 2, 0), (4, 64): (2, 2, 0), (4, 128): (2, 2, 2), (8, 32): (3, 2, 3), (8, 64): (3, 2, 0)}
 Q8G128_SWIGLU_RING = (80, 0)
 
 
@@ -280,14 +290,13 @@ def ring_rule(spec: ProjectionSpec, layout: int, rows_bucket: int) -> tuple[int,
     q8g128 = w.quantized and w.bits == 8 and w.group_size == 128
     if q8g128 and spec.epilogue == "swiglu" and layout == TILES:
         return Q8G128_SWIGLU_RING
-    if len(spec.weights) != 1:  # the rules below: single products, what was measured
-        return (0, 0)
+    if len(spec.weights) != 1:  # the rules below: single products, what was measured; and q/k/v
+        concat = w.quantized and spec.accumulators == 1 and layout == ONE_TILE_WIDE
+        return table_stages(CONCAT_STAGES, w, rows_bucket) if concat else (0, 0)
     if w.quantized:
-        by_rows = STAGE_TABLES.get(layout, {}).get((w.bits, w.group_size))
-        if by_rows and rows_bucket <= 32:
-            stages = by_rows[0 if rows_bucket <= 8 else 1 if rows_bucket <= 16 else 2]
-            if stages:
-                return (0, stages)
+        stages = table_stages(STAGE_TABLES.get(layout, {}), w, rows_bucket)
+        if stages != (0, 0):
+            return stages
         single_q4 = w.bits == 4 and w.group_size in (64, 128)
         one_tile = layout in (ONE_TILE, ONE_TILE_WIDE, DEEP)  # (DEEP: ONE_TILE's kernel for 4-bit weights)
         return Q4_ONE_TILE_RING if single_q4 and one_tile and rows_bucket <= 8 else (0, 0)
@@ -296,6 +305,15 @@ def ring_rule(spec: ProjectionSpec, layout: int, rows_bucket: int) -> tuple[int,
     if layout in (ONE_TILE, DEEP) and rows_bucket <= 4:
         return DENSE_DEEP_RING
     return (0, 0)
+
+
+def table_stages(table: dict, w: WeightFormat, rows_bucket: int) -> tuple[int, int]:
+    """(0, stages) of a stage table's entry for the weight's format and row bucket, else (0, 0)."""
+    by_rows = table.get((w.bits, w.group_size))
+    if not by_rows or rows_bucket > 32:
+        return (0, 0)
+    stages = by_rows[0 if rows_bucket <= 8 else 1 if rows_bucket <= 16 else 2]
+    return (0, stages) if stages else (0, 0)
 
 
 # Several tiles per block only for products at least this wide and deep. Narrower outputs:

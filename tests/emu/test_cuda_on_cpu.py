@@ -626,6 +626,35 @@ def test_stage_tables_give_the_bits_of_4_stages(monkeypatch, bits, group, bucket
     assert all(np.array_equal(a, b) for a, b in zip(fewer, case.run(bucket, rows, layout))), rows
 
 
+# (bits, group, row bucket, rows, stages of lower_mma_staged.CONCAT_STAGES)
+CONCAT_STAGE_CASES = [(4, 64, 8, 6, 2), (8, 32, 32, 20, 3), (8, 64, 1, 1, 3)]
+
+
+@pytest.mark.parametrize("bits,group,bucket,rows,stages", CONCAT_STAGE_CASES)
+def test_concatenated_weights_stage_table_gives_the_bits_of_4_stages(monkeypatch, bits, group, bucket, rows, stages):
+    """lower_mma_staged.CONCAT_STAGES: q/k/v (three 4/8-bit weights, one accumulator over their
+    concatenated columns) in ONE_TILE_WIDE take rings of 2-3 stages by format and row bucket;
+    other layouts, and the SwiGLU gate/up, keep theirs. Loads only: every bit of the three
+    outputs equals the 4-stage ring's, against float64 too, over a K whose ranges make it wrap."""
+    from mlx_metile.compiler import lower_mma_staged as staged
+
+    fmt = WeightFormat("bf16", bits, group)
+    spec = ProjectionSpec("bf16", (fmt,) * 3, k_multiple=256)
+    assert staged.ring_rule(spec, staged.ONE_TILE_WIDE, bucket) == (0, stages)
+    assert staged.ring_rule(spec, staged.ONE_TILE, bucket) == (0, 0)
+    swiglu = ProjectionSpec("bf16", (fmt,) * 2, "swiglu", k_multiple=256)
+    assert staged.ring_rule(swiglu, staged.ONE_TILE_WIDE, bucket) == (0, 0)
+    case = Case(spec, 4096, (40, 16, 24), rows=rows)
+    _set(monkeypatch, {})
+    assert f"metile_cp_wait<{stages - 2}>" in compile_projection(spec, bucket, "cuda", staged.ONE_TILE_WIDE).source
+    fewer = case.run(bucket, rows, staged.ONE_TILE_WIDE)
+    case.check(fewer, rows, f"{stages}-stage q/k/v ring int{bits} g{group} rows={rows}")
+    _set(monkeypatch, {"STAGES": "4"})
+    assert "metile_cp_wait<2>" in compile_projection(spec, bucket, "cuda", staged.ONE_TILE_WIDE).source
+    four = case.run(bucket, rows, staged.ONE_TILE_WIDE)
+    assert all(np.array_equal(a, b) for a, b in zip(fewer, four)), rows
+
+
 def test_8_bit_group_128_swiglu_takes_a_dynamic_ring_at_every_row_bucket(monkeypatch):
     """lower_mma_staged.ring_rule: the 8-bit group-128 SwiGLU gate/up, whose one-tile rings of 2
     stages exceed 48 KB, takes the staged ring in dynamic shared memory instead of the direct
