@@ -176,7 +176,8 @@ def _wide_outputs(arr, check, results) -> None:
 
     N, rows_list = NARROW_COLUMNS + 40, (1, 3, 8, 9, 16, 17, 32)
     for K in (SHORT_K, 1536):
-        for bits, group in ((4, 64), (8, 64), (4, 128), (8, 128)):
+        group32 = ((4, 32), (8, 32)) if K == 1536 else ()  # ONE_WAVE_STAGES's entries for them
+        for bits, group in ((4, 64), (8, 64), (4, 128), (8, 128), *group32):
             if K == SHORT_K and group == 128 and bits == 4:
                 continue
             _quantized_rows(arr, check, results, K, N, mx.bfloat16, bits, rows_list, f"N={N} K={K}", group)
@@ -219,6 +220,42 @@ def _narrow_deep_outputs(arr, check, results) -> None:
     _dense_rows(arr, check, results, SPREAD_K, N, rows_list, f"K={SPREAD_K}")
 
 
+def _qkv_rows(arr, check, results, x, Ns: tuple, bits: int, group: int, rows_list, label: str) -> None:
+    """q/k/v: three int`bits` weights of Ns columns over x's K, with biases, concatenated into
+    one call: each output against float64 and its rows against the same rows alone."""
+    K, dtype = x.shape[1], x.dtype
+    qkv = [
+        mt.QuantizedWeight(*mx.quantize(arr((n, K), dtype, 0.05), group_size=group, bits=bits), group, bits) for n in Ns
+    ]
+    qkv_bias = [arr((n,), dtype) for n in Ns]
+    alone = [
+        [np.array(o.astype(mx.float32)) for o in mt.fused_linear(x[r : r + 1], qkv, biases=qkv_bias)]
+        for r in range(max(rows_list))
+    ]
+    for rows in rows_list:
+        outs = mt.fused_linear(x[:rows], qkv, biases=qkv_bias)
+        xr = f64(x[:rows])
+        for i, (y, qw, b) in enumerate(zip(outs, qkv, qkv_bias)):
+            d = dequantize_exact(qw.w, qw.scales, qw.biases, group, bits)
+            name = f"qkv[{i}] int{bits} g{group}{label} {dtype}"
+            check(f"{name} rows={rows}", y, xr @ d.T + f64(b), xr, d, dtype)
+            _invariance(results, name, _rows_differing(y, [a[i] for a in alone[:rows]]), rows)
+
+
+def _wide_qkv(arr, check, results, quick: bool) -> None:
+    """q/k/v whose concatenated columns make a one-tile grid of 2-4 blocks per SM (ONE_TILE_WIDE:
+    Llama-3.1-8B's 4096 -> 4096 + 1024 + 1024), whose rings take lower_mma_staged.CONCAT_STAGES's
+    stages, at row buckets on both sides of them."""
+    from mlx_metile.compiler.lower_mma_staged import ONE_TILE_WIDE, column_layout
+
+    K, Ns = 4096, (4096, 1024, 1024)
+    assert column_layout(sum(Ns), K) == ONE_TILE_WIDE
+    x = arr((32, K), mx.bfloat16)
+    formats = ((4, 64), (8, 32)) if quick else ((4, 32), (4, 64), (4, 128), (8, 32), (8, 64), (8, 128))
+    for bits, group in formats:
+        _qkv_rows(arr, check, results, x, Ns, bits, group, (1, 5, 8, 9, 16, 17, 32), f" K={K}")
+
+
 def _quantized_fusions(arr, check, results, quick: bool) -> None:
     """Epilogues on quantized weights (the tensor-core schedule on CUDA): SwiGLU,
     residual, bias + GELU, against float64 and row by row against rows alone."""
@@ -238,23 +275,7 @@ def _quantized_fusions(arr, check, results, quick: bool) -> None:
                 "bias_gelu": lambda xr, rr, wg=wg, b=bias: mt.fused_linear(xr, [wg], biases=[b], epilogue="gelu"),
             }
             # q/k/v: three weights concatenated, their boundaries inside 16-column blocks
-            qkv = [
-                mt.QuantizedWeight(*mx.quantize(arr((n, K), dtype, 0.05), group_size=group, bits=bits), group, bits)
-                for n in (40, 24, 24)
-            ]
-            qkv_bias = [arr((n,), dtype) for n in (40, 24, 24)]
-            for rows in (1, 5, 8, 17, 32):
-                outs = mt.fused_linear(x[:rows], qkv, biases=qkv_bias)
-                alone = [
-                    [np.array(o.astype(mx.float32)) for o in mt.fused_linear(x[r : r + 1], qkv, biases=qkv_bias)]
-                    for r in range(rows)
-                ]
-                xr = f64(x[:rows])
-                for i, (y, qw, b) in enumerate(zip(outs, qkv, qkv_bias)):
-                    d = dequantize_exact(qw.w, qw.scales, qw.biases, group, bits)
-                    check(f"qkv[{i}] int{bits} g{group} {dtype} rows={rows}", y, xr @ d.T + f64(b), xr, d, dtype)
-                    bad = _rows_differing(y, [a[i] for a in alone])
-                    _invariance(results, f"qkv[{i}] int{bits} g{group} {dtype}", bad, rows)
+            _qkv_rows(arr, check, results, x, (40, 24, 24), bits, group, (1, 5, 8, 17, 32), "")
             for name, fn in calls.items():
                 alone = [np.array(fn(x[r : r + 1], res[r : r + 1]).astype(mx.float32)) for r in range(32)]
                 for rows in (1, 5, 8, 17, 32):
@@ -475,6 +496,7 @@ def _correctness(quick: bool) -> dict:
     _one_tile_dense(arr, check, results)
     _narrow_deep_outputs(arr, check, results)
     _quantized_fusions(arr, check, results, quick)
+    _wide_qkv(arr, check, results, quick)
     _rms_norm_fusions(arr, check, results)
     _wide_swiglu(arr, check, results)
     # fused variants, bf16
