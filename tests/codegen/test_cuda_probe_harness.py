@@ -47,3 +47,44 @@ def test_harness_holds_each_variant_under_its_settings(tmp_path):
             check=False,
         )
         assert built.returncode == 0, built.stderr[-2000:]
+
+
+def test_harness_times_q_k_v_with_each_output_after_the_last(tmp_path):
+    """--epilogue qkv: three weights of --n's widths concatenated into one kernel, whose outputs
+    lie one after another in y (so the first variant's reference covers all three), the grid over
+    their summed columns, the weight bytes of all three counted."""
+    out = tmp_path / "qkv.cu"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench/cuda_probe/generated_harness.py"),
+            str(out),
+            "--format",
+            "q4g64",
+            "--epilogue",
+            "qkv",
+            "--k",
+            "1024",
+            "--n",
+            "256,64,64",
+            "--rows",
+            "1,16",
+            "--variant",
+            "default=",
+            "--variant",
+            "s2=MLX_METILE_CUDA_MMA_STAGES=2",
+        ],
+        check=True,
+        cwd=ROOT,
+    )
+    src = out.read_text()
+    assert "const int N[] = {256, 64, 64};" in src
+    launch = next(ln for ln in src.splitlines() if "v0_1::" in ln and "<<<" in ln)
+    assert "y + (size_t)rows * 0," in launch and "y + (size_t)rows * 256," in launch
+    assert "y + (size_t)rows * 320," in launch and "N[0], N[1], N[2]" in launch
+    assert "dim3(24, (rows + 8 - 1) / 8, 1)" in launch  # 384 columns in blocks of 16
+    assert "(size_t)rows * 384 * 2" in src  # the outputs compared: all three
+    weights = 384 * 1024 // 2 + 2 * 384 * (1024 // 64) * 2  # packed weights, scales and biases
+    assert f"const double bytes = {float(weights)};" in src
+    default, s2 = src.split("namespace v1_1", 1)
+    assert "metile_cp_wait<2>" in default and "metile_cp_wait<2>" not in s2  # 4 stages, then 2
