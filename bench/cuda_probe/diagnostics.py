@@ -9,6 +9,9 @@ outside bench/cuda_probe uses them.
             were): what those small copies cost
     noxsum  the MMAs that sum x over each group (A = ones, for the biases' term) are left out:
             what those tensor-core instructions cost
+    xl1     x loaded as before (the same instructions and registers), but every chunk's address
+            folded into the first 8 chunks of its rows: x comes from L1, not L2 - what x's
+            traffic from L2 (every block reloads all of x) costs, apart from its loads
 
     khalf   twice the blocks, each taking half of its columns' K (the two halves of a column
             block are blocks 2c and 2c + 1; the harness doubles the grid): the time of a split of K
@@ -45,6 +48,13 @@ def replace_all(name: str, pattern: re.Pattern, by: str, source: str) -> str:
 
 def no_x(source: str) -> str:
     return replace_all("nox", X_LOAD, "make_uint4(0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u)", source)
+
+
+X_CHUNK = re.compile(r"(reinterpret_cast<const uint4\*>\(x \+ xrow\d+ \* K \+ )\((ch0 \+ \d+)\) \* (\d+)")
+
+
+def x_in_l1(source: str) -> str:
+    return replace_all("xl1", X_CHUNK, r"\1((\2) & 7) * \3", source)
 
 
 def no_math(source: str) -> str:
@@ -104,6 +114,7 @@ def k_half(source: str) -> str:
 HACKS = {
     "nox": no_x,
     "noxsum": no_x_sum,
+    "xl1": x_in_l1,
     "nomath": no_math,
     "noscales": no_scales,
     "rowsfirst": rows_first,

@@ -473,8 +473,9 @@ def test_one_wave_layout_asks_for_five_blocks_per_sm_only_where_measured(fresh_k
 def test_one_tile_wide_layout_differs_from_one_tile_only_in_the_dense_rings_at_1_to_4_rows(fresh_kernels, monkeypatch):
     """lower_mma_staged.ONE_TILE_WIDE (one-tile grids of 2-4 blocks per SM): ONE_TILE's kernels, but
     single dense products at 1-4 rows keep the 48 KB ring (one wave at 4 blocks per SM) instead of the
-    deep ring's 80 KB of dynamic shared memory (2 per SM); quantized weights, fused products and 8-32
-    rows build the same sources as in ONE_TILE."""
+    deep ring's 80 KB of dynamic shared memory (2 per SM), and q/k/v of 4/8-bit weights take
+    CONCAT_STAGES's rings (4-bit group 64: 2 stages at 1-16 rows, its 4 at 32); other quantized
+    products, the SwiGLU gate/up and dense weights at 8-32 rows build the same sources as in ONE_TILE."""
     from mlx_metile.compiler.lower_mma_staged import ONE_TILE, ONE_TILE_WIDE, column_layout
 
     monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
@@ -494,8 +495,13 @@ def test_one_tile_wide_layout_differs_from_one_tile_only_in_the_dense_rings_at_1
         ProjectionSpec("bf16", (q4,), k_multiple=256),
         ProjectionSpec("bf16", (q8,), k_multiple=256),
         ProjectionSpec("bf16", (WeightFormat("bf16"),) * 2, "swiglu", k_multiple=256),
-        ProjectionSpec("bf16", (q4,) * 3, k_multiple=256),
+        ProjectionSpec("bf16", (q8,) * 3, k_multiple=256),  # (no CONCAT_STAGES entry: 2 stages already)
     )
+    qkv = ProjectionSpec("bf16", (q4,) * 3, k_multiple=256)
+    for bucket in (1, 4, 8, 16, 32):
+        wide, tile = (compile_projection(qkv, bucket, "cuda", lay).source for lay in (ONE_TILE_WIDE, ONE_TILE))
+        assert "metile_cp_wait<2>();" in tile, bucket  # 4 stages
+        assert (wide == tile) == (bucket == 32) and ("metile_cp_wait<0>();\n    __syncwarp" in wide) == (bucket < 32)
     for spec in same:
         for bucket in (1, 4, 8, 16, 32):
             assert (
