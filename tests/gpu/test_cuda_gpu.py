@@ -2,7 +2,7 @@
 against float64 and stock MLX, with row invariance - bench/h200.py's correctness matrix and
 gradient check, as tests. Elsewhere (CI) they are skipped, and say so: nothing here runs without
 the GPU. `pytest tests/gpu` on the GPU machine; `MLX_METILE_GPU_MATRIX=full` for the full matrix
-(about 850 cases) instead of the quick one (about 320)."""
+(about 1070 cases) instead of the quick one (about 460)."""
 
 from __future__ import annotations
 
