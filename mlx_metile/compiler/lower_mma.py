@@ -90,7 +90,7 @@ ALLOWED = {
     "strided": (0, 1),
     "interleave": (0, 1),
     "swizzle": (0, 1, 2),
-    "late": (0, 1, 2),
+    "late": (0, 1, 2, 3),
     "bankpad": (0, 1),
     "xshare": (0, 2, 4, 8),  # lower_mma_xshare: warps per block sharing x, at 16-32 rows
     "layout": (0, 1, 2, 3, 4, 5),  # lower_mma_staged.column_layout's LAYOUTS, forced for every product

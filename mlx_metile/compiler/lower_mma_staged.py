@@ -788,7 +788,8 @@ class StagedMMALowering(MMALowering):
             lines.append("}")
             lines.append("metile_cp_commit();")
         late = mma_override("late") or 0
-        early_x = groups // 2 if late == 2 else groups  # late 2: the rest after the first chunks' math
+        # late 2: half of the stage's x first, the rest after the first chunks' math; 3: x one chunk ahead
+        early_x = groups // 2 if late == 2 else 1 if late == 3 else groups
 
         def x_loads(b: int) -> list[str]:
             return [f"const {ld.typ} {ld.name} = {ld.value()};" for ld in self.x_loads(b, f"ch0 + {b}", None)]
@@ -814,7 +815,7 @@ class StagedMMALowering(MMALowering):
             if late:  # MLX_METILE_CUDA_MMA_LATE: each chunk's shared loads just before its math
                 body += weight_loads(b)
             body += self.chunk_math(b, nacc, mma)
-            if b + early_x < groups:  # late 2: chunk b + groups / 2's x after chunk b's math
+            if b + early_x < groups:  # late 2 / 3: chunk b + early_x's x after chunk b's math
                 body += x_loads(b + early_x)
         if self.per_warp > 1:  # the end of the warp's first K range
             body.append(f"if (st + 1 == per_warp / {groups}) {{")

@@ -348,6 +348,9 @@ VARIANTS = [  # (spec, K, N, settings): epilogues, bias and residual, scales dty
     (ProjectionSpec("bf16", (q4,), k_multiple=256), 512, 32, {"WIDE": "1"}),
     # interleaved K stages: 5 stages over 4 warps (one warp takes two), SwiGLU, dense over 8 warps
     (ProjectionSpec("bf16", (q4,), k_multiple=256), 1280, 32, {"INTERLEAVE": "1"}),
+    # x later in a stage: half of it after the first chunks' math (2), one chunk ahead (3)
+    (ProjectionSpec("bf16", (q4,), k_multiple=256), 1280, 32, {"LATE": "2"}),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 32),), k_multiple=256), 1280, 32, {"LATE": "3"}),
     (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), 768, 16, {"INTERLEAVE": "1"}),
     (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=64), 320, 32, {"INTERLEAVE": "1"}),
     # rings over 48 KB in dynamic shared memory: SwiGLU with two tiles; 4 tiles of 8 stages
