@@ -564,6 +564,20 @@ def test_dense_rings_in_dynamic_shared_memory_give_the_bits_of_the_48_kb_ones(mo
     assert ring_rule(swiglu, TILES, 32) == ring_rule(swiglu, ONE_TILE, 1) == (0, 0)  # single products only
 
 
+def _same_bits_as_4_stages(monkeypatch, case: Case, bucket: int, rows: int, layout: int, stages: int, what: str):
+    """The default kernel of `bucket` in `layout` has a ring of `stages` (its loop waits for all but
+    stages - 2 copies), is within float64's tolerance, and gives the bits of the 4-stage ring's."""
+    spec = case.spec
+    monkeypatch.delenv("MLX_METILE_CUDA_MMA_STAGES", raising=False)
+    _set(monkeypatch, {})
+    assert f"metile_cp_wait<{stages - 2}>" in compile_projection(spec, bucket, "cuda", layout).source
+    fewer = case.run(bucket, rows, layout)
+    case.check(fewer, rows, f"{stages}-stage ring {what} rows={rows}")
+    _set(monkeypatch, {"STAGES": "4"})
+    assert "metile_cp_wait<2>" in compile_projection(spec, bucket, "cuda", layout).source
+    assert all(np.array_equal(a, b) for a, b in zip(fewer, case.run(bucket, rows, layout))), rows
+
+
 @pytest.mark.parametrize("group", [64, 128])
 def test_4_bit_one_tile_rings_of_3_stages_give_the_bits_of_4(monkeypatch, group):
     """lower_mma_staged.ring_rule: single 4-bit products in DEEP (ONE_TILE's kernel for 4-bit
@@ -581,13 +595,7 @@ def test_4_bit_one_tile_rings_of_3_stages_give_the_bits_of_4(monkeypatch, group)
     sixteen = 4 if group == 128 else 2  # (DEEP_STAGES at 16 rows, below)
     assert f"metile_cp_wait<{sixteen - 2}>" in compile_projection(spec, 16, "cuda", DEEP).source
     for rows in (1, 5, 8):
-        _set(monkeypatch, {})
-        three = case.run(8, rows, DEEP)
-        case.check(three, rows, f"3-stage ring group={group} rows={rows}")
-        _set(monkeypatch, {"STAGES": "4"})
-        assert "metile_cp_wait<2>" in compile_projection(spec, 8, "cuda", DEEP).source
-        assert all(np.array_equal(a, b) for a, b in zip(three, case.run(8, rows, DEEP))), rows
-        monkeypatch.delenv("MLX_METILE_CUDA_MMA_STAGES")
+        _same_bits_as_4_stages(monkeypatch, case, 8, rows, DEEP, 3, f"group={group}")
 
 
 # (bits, group, row bucket, rows, layout name, stages of the layout's table in lower_mma_staged)
@@ -621,19 +629,6 @@ def test_stage_tables_give_the_bits_of_4_stages(monkeypatch, bits, group, bucket
     assert staged.ring_rule(q8g128, layout, bucket) == (0, 0)
     case = Case(spec, 4096, 40, rows=rows)
     _same_bits_as_4_stages(monkeypatch, case, bucket, rows, layout, stages, f"int{bits} g{group} {layout_name}")
-
-
-def _same_bits_as_4_stages(monkeypatch, case: Case, bucket: int, rows: int, layout: int, stages: int, what: str):
-    """The default kernel of `bucket` in `layout` has a ring of `stages` (its loop waits for all but
-    stages - 2 copies), is within float64's tolerance, and gives the bits of the 4-stage ring's."""
-    spec = case.spec
-    _set(monkeypatch, {})
-    assert f"metile_cp_wait<{stages - 2}>" in compile_projection(spec, bucket, "cuda", layout).source
-    fewer = case.run(bucket, rows, layout)
-    case.check(fewer, rows, f"{stages}-stage ring {what} rows={rows}")
-    _set(monkeypatch, {"STAGES": "4"})
-    assert "metile_cp_wait<2>" in compile_projection(spec, bucket, "cuda", layout).source
-    assert all(np.array_equal(a, b) for a, b in zip(fewer, case.run(bucket, rows, layout))), rows
 
 
 # (bits, group, row bucket, rows, stages of lower_mma_staged.CONCAT_STAGES)
