@@ -41,6 +41,7 @@ from mlx_metile import cuda_arch
 info = mx.device_info(mx.gpu)
 print(f"MLX {mx.__version__} on {mx.default_device()}: {info.get('device_name', '?')}, "
       f"architecture {info.get('architecture')!r} -> mlx_metile builds {cuda_arch.cuda_arch()}; "
-      f"extension {'loaded' if mt.ops._ext is not None else 'NOT loaded'}", flush=True)
+      f"extension {'loaded' if mt.ops._ext is not None else 'NOT loaded'}, CUDA primitive "
+      f"{getattr(mt.ops._ext, 'HAS_CUDA_PRIMITIVE', None)}", flush=True)
 EOF
 "$@"

@@ -459,7 +459,7 @@ class _CudaPlan:
             kw = self.kwargs
             self.native = _ext.CudaLaunch(
                 kw["name"], kw["compiled_source"], list(out_ns), out_dtype, kw["scalars"], kw["grid"],
-                kw["threadgroup"], kw["shared_memory"], x_cast, res_cast,
+                kw["threadgroup"], kw["shared_memory"], x_cast, res_cast, primitive=_own_primitive(),
             )  # fmt: skip
 
     def inputs_with(self, x, weight_arrays: list[mx.array], residual) -> list[mx.array]:
@@ -515,6 +515,13 @@ def _native_launch() -> bool:
         and getattr(mx.fast, "precompiled_cuda_kernel", None) is _STOCK_PRECOMPILED
         and getenv("MLX_METILE_CUDA_NATIVE_LAUNCH", "1") != "0"
     )
+
+
+def _own_primitive() -> bool:
+    """Whether a native launch builds the extension's own CUDA primitive (src/cuda/cuda_kernel.h:
+    the module loaded once, no per-launch hash of the binary) rather than MLX's precompiled-kernel
+    op: where the extension was built with it and MLX_METILE_CUDA_PRIMITIVE is not "0"."""
+    return bool(getattr(_ext, "HAS_CUDA_PRIMITIVE", False)) and getenv("MLX_METILE_CUDA_PRIMITIVE", "1") != "0"
 
 
 def weight_inputs(weights: Sequence[Weight], biases: Sequence[mx.array | None]) -> list[mx.array]:

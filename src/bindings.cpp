@@ -9,6 +9,9 @@
 #include <nanobind/stl/vector.h>
 
 #include "cuda_launch.h"
+#ifdef METILE_CUDA_PRIMITIVE
+#include "cuda/cuda_kernel.h"
+#endif
 #include "emu_abi.h"
 #include "tile_kernel.h"
 
@@ -63,19 +66,21 @@ NB_MODULE(_ext, m) {
       "Build the array node of one compiled tile kernel (internal; see mlx_metile.ops).");
 
   nb::class_<mt::CudaLaunch>(m, "CudaLaunch",
-                             "One planned launch through MLX's precompiled-CUDA-kernel op (internal; see "
-                             "mlx_metile.ops._CudaPlan): every argument but the arrays converted once.")
+                             "One planned CUDA launch, through this project's primitive or MLX's "
+                             "precompiled-kernel op (internal; see mlx_metile.ops._CudaPlan): every argument but "
+                             "the arrays converted once.")
       .def(
           "__init__",
           [](mt::CudaLaunch* self, const std::string& name, nb::bytes binary, std::vector<int> out_columns,
              mx::Dtype out_dtype, std::vector<int> scalars, std::array<int, 3> grid, std::array<int, 3> threadgroup,
-             int shared_memory, std::optional<mx::Dtype> x_cast, std::optional<mx::Dtype> residual_cast) {
+             int shared_memory, std::optional<mx::Dtype> x_cast, std::optional<mx::Dtype> residual_cast,
+             bool primitive) {
             new (self)
                 mt::CudaLaunch(name, std::string(binary.c_str(), binary.size()), std::move(out_columns), out_dtype,
-                               std::move(scalars), grid, threadgroup, shared_memory, x_cast, residual_cast);
+                               std::move(scalars), grid, threadgroup, shared_memory, x_cast, residual_cast, primitive);
           },
           "name"_a, "binary"_a, "out_columns"_a, "out_dtype"_a, "scalars"_a, "grid"_a, "threadgroup"_a,
-          "shared_memory"_a, "x_cast"_a.none(), "residual_cast"_a.none())
+          "shared_memory"_a, "x_cast"_a.none(), "residual_cast"_a.none(), "primitive"_a = false)
       .def("__call__", &mt::CudaLaunch::operator(), "x"_a, "weights"_a, "residual"_a.none() = nb::none(),
            "stream"_a = nb::none(), "The kernel's outputs, each with x's leading dimensions.")
       .def_prop_ro("name", &mt::CudaLaunch::name)
@@ -87,5 +92,17 @@ NB_MODULE(_ext, m) {
       .def_prop_ro("threadgroup", &mt::CudaLaunch::threadgroup)
       .def_prop_ro("shared_memory", &mt::CudaLaunch::shared_memory)
       .def_prop_ro("x_cast", &mt::CudaLaunch::x_cast)
-      .def_prop_ro("residual_cast", &mt::CudaLaunch::residual_cast);
+      .def_prop_ro("residual_cast", &mt::CudaLaunch::residual_cast)
+      .def_prop_ro("primitive", &mt::CudaLaunch::primitive);
+
+  m.attr("HAS_CUDA_PRIMITIVE") = mt::has_cuda_primitive();
+#ifdef METILE_CUDA_PRIMITIVE
+  m.def(
+      "cuda_output_pool_stats",
+      []() {
+        auto s = mt::output_pool_stats();
+        return nb::make_tuple(s.allocated, s.reused, s.cached_bytes, s.freed);
+      },
+      "(allocated, reused, cached_bytes, freed) of the CUDA primitive's output pool (internal; for tests).");
+#endif
 }

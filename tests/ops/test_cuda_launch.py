@@ -188,7 +188,9 @@ def test_plans_launch_from_cpp_with_the_python_launch_arguments(fake_cuda, monke
     reaches MLX's op, which raises as MLX's Python op does."""
     made = []
     real = ops._ext.CudaLaunch
-    monkeypatch.setattr(ops, "_ext", types.SimpleNamespace(CudaLaunch=lambda *a: made.append(real(*a)) or made[-1]))
+    monkeypatch.setattr(
+        ops, "_ext", types.SimpleNamespace(CudaLaunch=lambda *a, **kw: made.append(real(*a, **kw)) or made[-1])
+    )
     monkeypatch.setattr(ops, "_native_launch", lambda: True)
     k, n = 64, 24
     x, w, res = rand((2, 3, k), mx.float16, 1), rand((n, k), mx.float16, 2), rand((2, 3, n), mx.float32, 3)
@@ -268,3 +270,21 @@ def test_rms_norm_arguments_are_checked_by_name():
     got = mt.fused_linear(x, [w], norm=(g, 1e-5))
     want = mt.fused_linear(mx.fast.rms_norm(x, g, 1e-5), [w])
     assert np.array_equal(np.array(got), np.array(want))
+
+
+@pytest.mark.skipif(not hasattr(ops._ext, "CudaLaunch"), reason="the C++ extension is not built")
+def test_the_own_primitive_is_asked_for_only_where_the_build_has_it(monkeypatch):
+    """A build without the CUDA primitive (here: MLX's CPU build) refuses primitive=True, naming
+    the argument; the op asks for it only where the build has it and MLX_METILE_CUDA_PRIMITIVE
+    is not "0"."""
+    args = ("k", b"\x00" * 16, [8], mx.float16, [1, 2], (8, 1, 1), (8, 1, 1), 0, None, None)
+    assert ops._ext.CudaLaunch(*args).primitive is False
+    if ops._ext.HAS_CUDA_PRIMITIVE:
+        assert ops._ext.CudaLaunch(*args, primitive=True).primitive is True
+    else:
+        with pytest.raises(ValueError, match="primitive"):
+            ops._ext.CudaLaunch(*args, primitive=True)
+    monkeypatch.setenv("MLX_METILE_CUDA_PRIMITIVE", "0")
+    assert ops._own_primitive() is False
+    monkeypatch.setenv("MLX_METILE_CUDA_PRIMITIVE", "1")
+    assert ops._own_primitive() is ops._ext.HAS_CUDA_PRIMITIVE
