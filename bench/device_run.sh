@@ -19,8 +19,9 @@ fi
 if [ "${METILE_REBUILD:-0}" = 1 ] || ! ls mlx_metile/_ext*.so >/dev/null 2>&1; then
   t0=$SECONDS
   rm -rf /tmp/metile_whl
-  python3 -m pip wheel -q --no-build-isolation --no-deps -w /tmp/metile_whl . >/tmp/metile_build.txt 2>&1 ||
+  python3 -m pip wheel -v --no-build-isolation --no-deps -w /tmp/metile_whl . >/tmp/metile_build.txt 2>&1 ||
     { tail -30 /tmp/metile_build.txt; exit 5; }
+  grep -o "mlx-metile: .*" /tmp/metile_build.txt
   python3 - <<'EOF'
 import glob, zipfile
 z = zipfile.ZipFile(glob.glob("/tmp/metile_whl/mlx_metile-*.whl")[0])
