@@ -197,7 +197,7 @@ def main() -> int:
         "rounds": args.rounds,
         "verify": args.verify,
         "mlx_env": {k: v for k, v in os.environ.items() if k.startswith("MLX_")},
-        "cuda_launch": "native" if ops._native_launch() else "python",  # (where the CUDA path runs)
+        "cuda_launch": ops.cuda_launch_kind(),  # (where the CUDA path runs)
         "per_token": rows,
     }
     if args.out:

@@ -911,6 +911,7 @@ def main() -> int:
         "cuda_settings": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MLX_METILE_CUDA_")},
         "products_per_eval": PRODUCTS_PER_EVAL,
         "python": sys.version.split()[0],
+        "cuda_launch": mt.ops.cuda_launch_kind(),  # primitive | native (MLX's op from C++) | python
     }
     if args.correctness != "none":
         report["gradients"] = gradients_check()

@@ -20,7 +20,8 @@ def table(report: dict, mode: str) -> str:
         f"{report['device_info'].get('device_name')} - MLX {report['mlx']} - mlx-metile {report['mlx_metile']} - "
         f"{report['date']} - copy roofline {roof / 1e12:.2f} TB/s (read+write, same run, "
         f"{report.get('copy_roofline_method', 'mlx a + 1, 1 GiB')}) - timing: {mode}, "
-        f"{report.get('products_per_eval', 64)} products per mx.eval",
+        f"{report.get('products_per_eval', 64)} products per mx.eval"
+        + (f" - CUDA launch: {report['cuda_launch']}" if "cuda_launch" in report else ""),
         "",
         "PyTorch, replayed from a CUDA graph over a pool of the same size: F.linear (cuBLAS) for bf16; "
         + (

@@ -95,7 +95,7 @@ def test_generation(benchmark, fmt, phase, batch, impl):
     benchmark.extra_info.update({"format": fmt, "phase": phase, "batch": batch, "tokens": tokens, "impl": impl})
     if patched:
         benchmark.extra_info["max_rows"] = MAX_ROWS
-        benchmark.extra_info["cuda_launch"] = "native" if ops._native_launch() else "python"  # (on the CUDA path)
+        benchmark.extra_info["cuda_launch"] = ops.cuda_launch_kind()  # (on the CUDA path)
     if phase == "prefill":
         benchmark.pedantic(prefill, rounds=3, iterations=1, warmup_rounds=1)
     else:  # the prompt is prefilled in setup, outside the timing

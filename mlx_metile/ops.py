@@ -524,6 +524,14 @@ def _own_primitive() -> bool:
     return bool(getattr(_ext, "HAS_CUDA_PRIMITIVE", False)) and getenv("MLX_METILE_CUDA_PRIMITIVE", "1") != "0"
 
 
+def cuda_launch_kind() -> str:
+    """How a new CUDA plan launches: "primitive" (the extension's own), "native" (MLX's
+    precompiled-kernel op from C++) or "python" (the same op from Python); for result files."""
+    if not _native_launch():
+        return "python"
+    return "primitive" if _own_primitive() else "native"
+
+
 def weight_inputs(weights: Sequence[Weight], biases: Sequence[mx.array | None]) -> list[mx.array]:
     """The kernel inputs that come from the weights: per weight its array (or packed weight,
     scales and biases), then its bias where it has one."""

@@ -286,5 +286,9 @@ def test_the_own_primitive_is_asked_for_only_where_the_build_has_it(monkeypatch)
             ops._ext.CudaLaunch(*args, primitive=True)
     monkeypatch.setenv("MLX_METILE_CUDA_PRIMITIVE", "0")
     assert ops._own_primitive() is False
+    assert ops.cuda_launch_kind() == "native"
     monkeypatch.setenv("MLX_METILE_CUDA_PRIMITIVE", "1")
     assert ops._own_primitive() is ops._ext.HAS_CUDA_PRIMITIVE
+    assert ops.cuda_launch_kind() == ("primitive" if ops._ext.HAS_CUDA_PRIMITIVE else "native")
+    monkeypatch.setenv("MLX_METILE_CUDA_NATIVE_LAUNCH", "0")
+    assert ops.cuda_launch_kind() == "python"
