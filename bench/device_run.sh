@@ -6,6 +6,8 @@
 # bench/cuda_probe/precompile.py filled on a machine without a GPU (.kcache/kcache.tar.gz, a tar
 # of that cache's cuda/ folder), prints what MLX and mlx_metile see, then runs the command:
 #   bash bench/device_run.sh CMD...        (METILE_REBUILD=1 rebuilds the extension)
+# A device call brings back at most eight files from $OUT: write results elsewhere and tar them
+# into one file there.
 set -uo pipefail
 export PYTHONPATH=$HOME/site:$PWD
 [ -d .pylibs ] && PYTHONPATH=$PYTHONPATH:$PWD/.pylibs  # mlx-lm's models: bench/device_pylibs.sh
