@@ -90,6 +90,7 @@ class OutputPool {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       retired.swap(retired_);
+      stats_.freed += retired.size();
       auto& kept = free_[{device, size}];
       if (!kept.empty()) {
         buffer = kept.back();
@@ -100,7 +101,6 @@ class OutputPool {
     }
     if (!retired.empty()) {
       // Their last writers were encoded before now: once the work encoded so far has run.
-      stats_add_freed(retired.size());
       encoder.add_completed_handler([retired = std::move(retired)] {
         for (auto* b : retired) free_now(b);
       });
@@ -136,11 +136,6 @@ class OutputPool {
       free_[{buffer->device, buffer->cuda.size}].push_back(buffer);
       stats_.cached_bytes += buffer->cuda.size;
     }
-  }
-
-  void stats_add_freed(size_t n) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.freed += n;
   }
 
   std::mutex mutex_;
