@@ -74,7 +74,7 @@ struct OutputPoolStats {
   size_t allocated = 0;     // buffers taken from the device allocator
   size_t reused = 0;        // buffers handed out again from the pool
   size_t cached_bytes = 0;  // released buffers held for reuse
-  size_t freed = 0;         // buffers given back to the device allocator
+  size_t freed = 0;         // buffers handed to a completion handler that frees them
 };
 OutputPoolStats output_pool_stats();
 
