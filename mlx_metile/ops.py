@@ -520,8 +520,15 @@ def _native_launch() -> bool:
 def _own_primitive() -> bool:
     """Whether a native launch builds the extension's own CUDA primitive (src/cuda/cuda_kernel.h:
     the module loaded once, no per-launch hash of the binary) rather than MLX's precompiled-kernel
-    op: where the extension was built with it and MLX_METILE_CUDA_PRIMITIVE is not "0"."""
-    return bool(getattr(_ext, "HAS_CUDA_PRIMITIVE", False)) and getenv("MLX_METILE_CUDA_PRIMITIVE", "1") != "0"
+    op: where the extension was built with it and MLX_METILE_CUDA_PRIMITIVE is not "0". Its output
+    pool's limit, MLX_METILE_CUDA_POOL_MB (read by the extension at its first launch), is checked
+    here, where a bad value can still raise."""
+    if not (getattr(_ext, "HAS_CUDA_PRIMITIVE", False) and getenv("MLX_METILE_CUDA_PRIMITIVE", "1") != "0"):
+        return False
+    pool_mb = getenv("MLX_METILE_CUDA_POOL_MB", "")
+    if pool_mb and not pool_mb.isdigit():
+        raise ValueError(f"MLX_METILE_CUDA_POOL_MB: expected a whole number of megabytes, got {pool_mb!r}")
+    return True
 
 
 def cuda_launch_kind() -> str:

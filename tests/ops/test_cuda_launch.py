@@ -292,3 +292,9 @@ def test_the_own_primitive_is_asked_for_only_where_the_build_has_it(monkeypatch)
     assert ops.cuda_launch_kind() == ("primitive" if ops._ext.HAS_CUDA_PRIMITIVE else "native")
     monkeypatch.setenv("MLX_METILE_CUDA_NATIVE_LAUNCH", "0")
     assert ops.cuda_launch_kind() == "python"
+    monkeypatch.setattr(ops, "_ext", types.SimpleNamespace(HAS_CUDA_PRIMITIVE=True))  # (a CUDA build's)
+    monkeypatch.setenv("MLX_METILE_CUDA_POOL_MB", "256")
+    assert ops._own_primitive() is True
+    monkeypatch.setenv("MLX_METILE_CUDA_POOL_MB", "lots")
+    with pytest.raises(ValueError, match="MLX_METILE_CUDA_POOL_MB"):
+        ops._own_primitive()
