@@ -215,11 +215,11 @@ void CudaKernel::eval_gpu(const std::vector<mx::array>& inputs, std::vector<mx::
   pointers.reserve(args.size() + outputs.size());
   for (const auto* a : args) pointers.push_back(device_pointer(*a));
   for (const auto& out : outputs) pointers.push_back(device_pointer(out));
-  std::vector<int> scalars = launch_->scalars();
+  const std::vector<int>& scalars = launch_->scalars();
   std::vector<void*> params;
   params.reserve(pointers.size() + scalars.size());
   for (auto& p : pointers) params.push_back(&p);
-  for (auto& v : scalars) params.push_back(&v);
+  for (const int& v : scalars) params.push_back(const_cast<int*>(&v));  // (read only: the node copies them)
 
   for (const auto* a : args) encoder.set_input_array(*a);
   for (const auto& out : outputs) encoder.set_output_array(out);

@@ -37,7 +37,6 @@ class CudaKernelLaunch {
   // The kernel's function in the current context of `device`, its module loaded on first use.
   void* function(int device) const;
 
-  const std::string& name() const { return name_; }
   const std::vector<int>& scalars() const { return scalars_; }
   std::array<int, 3> blocks() const { return blocks_; }
   std::array<int, 3> threads() const { return threads_; }
