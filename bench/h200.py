@@ -58,7 +58,9 @@ ROWS = [1, 2, 3, 4, 8, 16, 32]
 MAX_ROWS_CHECKED = 100  # correctness and row invariance up to here (>32: the tiled schedule)
 POOL_BYTES = 480 << 20  # 8x the H200's 60 MB L2
 PRODUCTS_PER_EVAL = 64
-MODES = ["eager", "compiled"]  # eager: the graph built in Python per evaluation; compiled: mx.compile
+MODES = ["eager", "compiled", "chained"]  # eager: the graph built in Python per evaluation; compiled: mx.compile;
+# chained: compiled, each product taking the previous one's output (see chain), as a model's layers do
+DEFAULT_MODES = ["eager", "compiled"]
 
 
 def f64(a):
@@ -761,6 +763,25 @@ def products(fmt: str, pool: list, fused: str | None | bool = False):
     return over_pool("mlx_metile"), over_pool("stock")
 
 
+def chain(step, pool: list):
+    """x -> PRODUCTS_PER_EVAL products step(x, entry), each x made from the previous product's
+    output (x + 0 * its first column: one small elementwise kernel, the same for every side), so
+    that the products run one after another as a model's projections do. Without it the products
+    of an evaluation are independent and MLX lets their kernels run side by side: a grid that
+    leaves SMs idle (stock MLX's 32-row kernels: 112 blocks of 128 columns on 132 SMs) is then
+    filled by the next products' blocks, which a model's dependent chain does not allow."""
+
+    def run(x):
+        outs = []
+        for i in range(PRODUCTS_PER_EVAL):
+            y = step(x, pool[i % len(pool)])
+            outs.append(y)
+            x = x + 0 * y.reshape(-1)[:1].astype(x.dtype)
+        return outs
+
+    return run
+
+
 def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None, fused: str | None | bool = False):
     x = mx.random.normal((rows, K)).astype(mx.bfloat16)
     if fused is not False:  # one x per product (see products)
@@ -784,8 +805,13 @@ def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None, fused: str | None 
     # eager: the graph is built in Python for every evaluation (host overhead included);
     # compiled: mx.compile replays it, so the time is the kernels'
     for mode in MODES:
-        wrap = mx.compile if mode == "compiled" else (lambda f: f)
-        fo, fs = wrap(ours), wrap(stock)
+        if mode == "chained":
+            if fused is not False:  # single products only
+                continue
+            fo, fs = (mx.compile(chain(lambda x, p, i=impl: product(i, fmt, x, p), pool)) for impl in IMPLS)
+        else:
+            wrap = mx.compile if mode == "compiled" else (lambda f: f)
+            fo, fs = wrap(ours), wrap(stock)
         t_ours, h_ours = (t / PRODUCTS_PER_EVAL for t in timed_with_host(lambda fo=fo: fo(x)))
         t_stock, h_stock = (t / PRODUCTS_PER_EVAL for t in timed_with_host(lambda fs=fs: fs(x)))
         r[mode] = {
@@ -797,25 +823,33 @@ def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None, fused: str | None 
             "gbs_stock": nbytes / t_stock / 1e9,
             "speedup": t_stock / t_ours,
         }
-        if mode == "compiled":
-            key = (fmt, K, N)  # the floor does not depend on the rows: once per pool
+        if mode in ("compiled", "chained"):
+            key = (fmt, K, N, mode)  # the floor does not depend on the rows: once per pool
             if key not in _floors:
-                _floors[key] = read_floor_case(pool, x, nbytes)
-            r["read_floor"] = _floors[key]
+                _floors[key] = read_floor_case(pool, x, nbytes, chained=mode == "chained")
+            r[FLOOR_KEY[mode]] = _floors[key]
     return r
+
+
+IMPLS = ("mlx_metile", "stock")
+FLOOR_KEY = {"compiled": "read_floor", "chained": "read_floor_chained"}
 
 
 _floors: dict = {}
 
 
-def read_floor_case(pool: list, x, nbytes: int) -> dict:
+def read_floor_case(pool: list, x, nbytes: int, chained: bool = False) -> dict:
     """The same compiled loop over the same pool with each product replaced by a kernel that
     only reads the weight's bytes (bench/read_floor.py): what one kernel launched through
-    MLX costs for these bytes."""
+    MLX costs for these bytes. `chained`: as the chained mode's products (see chain), each
+    kernel also reading its x."""
     try:
         from read_floor import read_all
 
-        floor = mx.compile(lambda x: [read_all(flat(pool[i % len(pool)])) for i in range(PRODUCTS_PER_EVAL)])
+        if chained:
+            floor = mx.compile(chain(lambda x, p: read_all((*flat(p), x)), pool))
+        else:
+            floor = mx.compile(lambda x: [read_all(flat(pool[i % len(pool)])) for i in range(PRODUCTS_PER_EVAL)])
         t, host = (t / PRODUCTS_PER_EVAL for t in timed_with_host(lambda: floor(x)))
     except Exception as e:  # no nvcc on the machine: the column stays empty
         return {"error": repr(e)}
@@ -881,7 +915,7 @@ def main() -> int:
         default=PRODUCTS_PER_EVAL,
         help="products per mx.eval (a model's decode step evaluates a few hundred projections at once)",
     )
-    ap.add_argument("--modes", nargs="*", default=list(MODES), choices=list(MODES))
+    ap.add_argument("--modes", nargs="*", default=DEFAULT_MODES, choices=list(MODES))
     ap.add_argument(
         "--rows", nargs="*", type=int, default=None, help="row counts (default: 1-32, or 1, 4, 16 with --quick)"
     )

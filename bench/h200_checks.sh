@@ -20,6 +20,6 @@ matrix=${2:-full}
 export PYTHONPATH=$HOME/site:$PWD:${PYTHONPATH:-}
 timeout 300 python3 bench/h200.py --out "$out/correct.json" --correctness "$matrix" --shapes 2>&1 |
   grep -v "^{"
-bash bench/h200_profile.sh "$out" int4:1 int4:16
+bash bench/h200_profile.sh "$out" ours:int4:1 ours:int4:16
 timeout 280 python3 bench/h200.py --out "$out/bench.json" --correctness none --products-per-eval 256 --modes compiled 2>&1 |
   tail -3

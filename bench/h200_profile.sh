@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# Nsight Compute profiles of the mlx_metile kernels on the lent GPU machine
-# (after the wheel install of ../shared/DEVICE.md):
-#   bash bench/h200_profile.sh OUTDIR [format:rows ...]
-# Each case: the third launch of a proj_* kernel, unmodified clocks, caches
-# flushed between passes (ncu's default), so weights stream from HBM.
+# Nsight Compute profiles on the lent GPU machine (inside bench/device_run.sh):
+#   bash bench/h200_profile.sh OUTDIR [who:format:rows[:K:N] ...]
+# who: ours | stock | floor | torch (bench/profile_cuda.py); K, N default 4096, 14336. Each case
+# profiles every kernel of one evaluation after three warm-ups, clocks unlocked
+# (--clock-control none), caches flushed between passes (ncu's default), so weights stream
+# from HBM. Writes OUTDIR/ncu-<case>.txt and prints each kernel's summary lines.
 set -uo pipefail
-out=${1:?usage: h200_profile.sh OUTDIR [format:rows ...]}
+out=${1:?usage: h200_profile.sh OUTDIR [who:format:rows[:K:N] ...]}
 shift
-cases=("${@:-int4:1}")
-export PYTHONPATH=$HOME/site:$PWD:${PYTHONPATH:-}
+cases=("${@:-ours:int4:1}")
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 if [ -z "$ncu" ]; then echo "ncu not found" >&2; exit 1; fi
+mkdir -p "$out"
 for c in "${cases[@]}"; do
-  fmt=${c%%:*} rows=${c##*:}
-  timeout 120 "$ncu" --clock-control none -k regex:proj_ --launch-skip 2 --launch-count 1 \
+  IFS=: read -r who fmt rows k n <<<"$c"
+  k=${k:-4096} n=${n:-14336}
+  file="$out/ncu-$who-$fmt-r$rows-${k}x$n.txt"
+  timeout 300 "$ncu" --profile-from-start off --clock-control none \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
     --section Occupancy --section LaunchStats --section SchedulerStats \
-    python3 bench/profile_cuda.py "$fmt" "$rows" > "$out/ncu-$fmt-rows$rows.txt" 2>&1
-  grep -E "Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Stall|Long Scoreboard" \
-    "$out/ncu-$fmt-rows$rows.txt" | head -20
+    python3 bench/profile_cuda.py "$fmt" "$rows" --who "$who" --k "$k" --n "$n" >"$file" 2>&1
+  echo "== $c"
+  grep -E "^  [A-Za-z_].*\(|Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Waves Per SM|Issued Warp|profiled|rror" \
+    "$file" | head -40
 done

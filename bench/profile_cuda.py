@@ -1,13 +1,18 @@
-"""One mlx_metile and one stock MLX projection (K=4096, N=14336) at a given
-format and row count, for Nsight Compute:
+"""One projection on MLX's CUDA backend, for Nsight Compute: mlx-metile's kernel, stock MLX's,
+the read floor's (bench/read_floor.py: a kernel that only reads the same bytes, launched the way
+ours are) or PyTorch's `F.linear` (cuBLAS; bf16 only), after three warm-up evaluations, with
+the profiler switched on around one more evaluation alone:
 
-    ncu --clock-control none --section SpeedOfLight --section Occupancy \\
-        --section LaunchStats -k regex:proj_ --launch-skip 2 --launch-count 1 \\
-        python bench/profile_cuda.py int4 1
+    ncu --profile-from-start off --clock-control none --section SpeedOfLight \\
+        python bench/profile_cuda.py int4 1 --who ours --k 4096 --n 14336
+
+(bench/h200_profile.sh runs a list of cases so.)
 """
 
 from __future__ import annotations
 
+import argparse
+import ctypes
 import sys
 from pathlib import Path
 
@@ -16,23 +21,78 @@ import mlx.core as mx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mlx_metile as mt  # noqa: E402
 
-fmt = sys.argv[1] if len(sys.argv) > 1 else "int4"
-rows = int(sys.argv[2]) if len(sys.argv) > 2 else 1
-if fmt not in ("int4", "int8", "bf16"):
-    raise SystemExit(f"format: expected int4, int8 or bf16, got {fmt!r}")
-mx.set_default_device(mx.gpu)
-w = (mx.random.normal((14336, 4096)) * 4096**-0.5).astype(mx.bfloat16)
-x = mx.random.normal((rows, 4096)).astype(mx.bfloat16)
-if fmt == "bf16":
-    ours, stock = (lambda: mt.linear(x, w)), (lambda: x @ w.T)
-else:
-    bits = 4 if fmt == "int4" else 8
-    q = mx.quantize(w, group_size=64, bits=bits)
-    mx.eval(q)
-    ours = lambda: mt.quantized_linear(x, *q, group_size=64, bits=bits)  # noqa: E731
-    stock = lambda: mx.quantized_matmul(x, *q, transpose=True, group_size=64, bits=bits)  # noqa: E731
-mx.eval(w, x)
-for _ in range(3):
-    mx.eval(ours())
-    mx.eval(stock())
-mx.synchronize()
+WHO = ("ours", "stock", "floor", "torch")
+
+
+def profiler_switch(on: bool) -> None:
+    """cuProfilerStart / Stop on the primary context of device 0 (which MLX and PyTorch use)."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    ctx = ctypes.c_void_p()
+    if cuda.cuCtxGetCurrent(ctypes.byref(ctx)) != 0 or not ctx.value:
+        device = ctypes.c_int()
+        if cuda.cuDeviceGet(ctypes.byref(device), 0) or cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), device):
+            raise RuntimeError("no CUDA context to profile")
+        cuda.cuCtxSetCurrent(ctx)
+    rc = cuda.cuProfilerStart() if on else cuda.cuProfilerStop()
+    if rc != 0:
+        raise RuntimeError(f"cuProfiler{'Start' if on else 'Stop'} returned {rc}")
+
+
+def product(fmt: str, rows: int, k: int, n: int, who: str):
+    """A function that evaluates the product once, `who`'s way."""
+    w = (mx.random.normal((n, k)) * k**-0.5).astype(mx.bfloat16)
+    x = mx.random.normal((rows, k)).astype(mx.bfloat16)
+    mx.eval(w, x)
+    if who == "torch":
+        if fmt != "bf16":
+            raise SystemExit("--who torch: only bf16 (F.linear)")
+        import numpy as np
+        import torch
+        import torch.nn.functional as F
+
+        tw = torch.from_numpy(np.array(w.astype(mx.float32))).to("cuda", torch.bfloat16)
+        tx = torch.from_numpy(np.array(x.astype(mx.float32))).to("cuda", torch.bfloat16)
+        return lambda: (F.linear(tx, tw), torch.cuda.synchronize())
+    if fmt == "bf16":
+        fns = {"ours": lambda: mt.linear(x, w), "stock": lambda: x @ w.T}
+        arrays = (w,)
+    else:
+        bits = 4 if fmt == "int4" else 8
+        q = mx.quantize(w, group_size=64, bits=bits)
+        mx.eval(q)
+        fns = {
+            "ours": lambda: mt.quantized_linear(x, *q, group_size=64, bits=bits),
+            "stock": lambda: mx.quantized_matmul(x, *q, transpose=True, group_size=64, bits=bits),
+        }
+        arrays = tuple(q)
+    if who == "floor":
+        from bench.read_floor import read_all
+
+        fns["floor"] = lambda: read_all(arrays)
+    fn = fns[who]
+    return lambda: (mx.eval(fn()), mx.synchronize())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("format", choices=("int4", "int8", "bf16"))
+    parser.add_argument("rows", type=int)
+    parser.add_argument("--who", choices=WHO, default="ours")
+    parser.add_argument("--k", type=int, default=4096)
+    parser.add_argument("--n", type=int, default=14336)
+    args = parser.parse_args()
+    if not 1 <= args.rows <= 32:
+        raise SystemExit(f"rows: expected 1..32, got {args.rows}")
+    mx.set_default_device(mx.gpu)
+    run = product(args.format, args.rows, args.k, args.n, args.who)
+    for _ in range(3):
+        run()
+    profiler_switch(True)
+    run()
+    profiler_switch(False)
+    print(f"profiled {args.who} {args.format} rows {args.rows} {args.k} -> {args.n}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -4,7 +4,7 @@ measured, of the read floor (bench/read_floor.py),
 speedup over stock MLX) and, where matplotlib is installed, a plot of the
 speedup by rows.
 
-    python bench/render_h200.py bench/results/h200-<date>.json [--plot out.png] [--mode compiled|eager]
+    python bench/render_h200.py bench/results/h200-<date>.json [--plot out.png] [--mode compiled|eager|chained]
 """
 
 from __future__ import annotations
@@ -31,15 +31,23 @@ def table(report: dict, mode: str) -> str:
         ),
         "",
     ]
-    floors = mode == "compiled" and any("gbs" in c.get("read_floor", {}) for c in report["cases"])
+    floor_key = FLOOR_KEY.get(mode, "")
+    floors = any("gbs" in c.get(floor_key, {}) for c in report["cases"])
+    if mode == "chained":
+        lines += [
+            "Chained: each product's x is the previous product's x plus 0 times its output's first element (one "
+            "small elementwise kernel after every product, ours and stock's alike), so the products run one after "
+            "another as a model's projections do, instead of side by side; the times include that kernel.",
+            "",
+        ]
     if floors:
         lines += [
             "Read floor: a kernel that only reads the same weight's bytes, launched through MLX like mlx-metile's "
-            "kernels in the same compiled loop over the same pool (bench/read_floor.py): what any one-kernel "
+            f"kernels in the same {mode} loop over the same pool (bench/read_floor.py): what any one-kernel "
             'product of those bytes costs there. "of floor" = read floor time / mlx-metile time.',
             "",
         ]
-    if mode == "compiled" and any("host_ours" in c.get(mode, {}) for c in report["cases"]):
+    if mode != "eager" and any("host_ours" in c.get(mode, {}) for c in report["cases"]):
         lines += [
             f"An entry marked {HOST_MARK}: at least {HOST_BOUND:.0%} of its time passed before `mx.async_eval` returned. "
             "That is MLX's host work, or MLX holding the submission back until the GPU caught up (it waits while "
@@ -58,7 +66,7 @@ def table(report: dict, mode: str) -> str:
         lines.append(
             f"| {c['shape']} | {c['format']} | {c['rows']} | {us(r['t_ours'], r.get('host_ours'))} | {r['gbs_ours']:.0f} | "
             f"{r['gbs_ours'] * 1e9 / roof:.0%} | "
-            + (floor_cells(c.get("read_floor", {}), r["t_ours"]) if floors else "")
+            + (floor_cells(c.get(floor_key, {}), r["t_ours"]) if floors else "")
             + f"{us(r['t_stock'], r.get('host_stock'))} | {r['gbs_stock']:.0f} | {r['speedup']:.2f}x | "
             + (f"{c['torch']['gbs']:.0f} | {c['torch']['t'] / r['t_ours']:.2f}x |" if "torch" in c else "- | - |")
         )
@@ -77,6 +85,7 @@ def table(report: dict, mode: str) -> str:
     return "\n".join(lines)
 
 
+FLOOR_KEY = {"compiled": "read_floor", "chained": "read_floor_chained"}  # bench/h200.py's keys
 HOST_BOUND = 0.9  # part before async_eval returned / whole time from which a time is marked
 HOST_MARK = "(h)"
 
@@ -125,7 +134,7 @@ def plot(report: dict, mode: str, path: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("json")
-    ap.add_argument("--mode", default="compiled", choices=["compiled", "eager"])
+    ap.add_argument("--mode", default="compiled", choices=["compiled", "eager", "chained"])
     ap.add_argument("--plot")
     args = ap.parse_args()
     report = json.load(open(args.json))
