@@ -774,9 +774,10 @@ def chain(step, pool: list):
     def run(x):
         outs = []
         for i in range(PRODUCTS_PER_EVAL):
-            y = step(x, pool[i % len(pool)])
-            outs.append(y)
-            x = x + 0 * y.reshape(-1)[:1].astype(x.dtype)
+            ys = step(x, pool[i % len(pool)])
+            ys = ys if isinstance(ys, list) else [ys]  # fused products give one output per weight
+            outs += ys
+            x = x + 0 * ys[0].reshape(-1)[:1].astype(x.dtype)
         return outs
 
     return run
@@ -806,14 +807,18 @@ def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None, fused: str | None 
     # compiled: mx.compile replays it, so the time is the kernels'
     for mode in MODES:
         if mode == "chained":
-            if fused is not False:  # single products only
-                continue
-            fo, fs = (mx.compile(chain(lambda x, p, i=impl: product(i, fmt, x, p), pool)) for impl in IMPLS)
+            if fused is False:
+                steps = [lambda x, p, i=impl: product(i, fmt, x, p) for impl in IMPLS]
+            else:
+                steps = [lambda x, p, i=impl: fused_product(i, fmt, x, p, fused) for impl in IMPLS]
+            fo, fs = (mx.compile(chain(step, pool)) for step in steps)
+            x_in = x[0] if fused is not False else x  # a chain makes its own x per product
         else:
             wrap = mx.compile if mode == "compiled" else (lambda f: f)
             fo, fs = wrap(ours), wrap(stock)
-        t_ours, h_ours = (t / PRODUCTS_PER_EVAL for t in timed_with_host(lambda fo=fo: fo(x)))
-        t_stock, h_stock = (t / PRODUCTS_PER_EVAL for t in timed_with_host(lambda fs=fs: fs(x)))
+            x_in = x
+        t_ours, h_ours = (t / PRODUCTS_PER_EVAL for t in timed_with_host(lambda fo=fo, x_in=x_in: fo(x_in)))
+        t_stock, h_stock = (t / PRODUCTS_PER_EVAL for t in timed_with_host(lambda fs=fs, x_in=x_in: fs(x_in)))
         r[mode] = {
             "t_ours": t_ours,
             "t_stock": t_stock,
@@ -826,7 +831,7 @@ def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None, fused: str | None 
         if mode in ("compiled", "chained"):
             key = (fmt, K, N, mode)  # the floor does not depend on the rows: once per pool
             if key not in _floors:
-                _floors[key] = read_floor_case(pool, x, nbytes, chained=mode == "chained")
+                _floors[key] = read_floor_case(pool, x_in, nbytes, chained=mode == "chained")
             r[FLOOR_KEY[mode]] = _floors[key]
     return r
 
@@ -844,9 +849,11 @@ def read_floor_case(pool: list, x, nbytes: int, chained: bool = False) -> dict:
     MLX costs for these bytes. `chained`: as the chained mode's products (see chain), each
     kernel also reading its x."""
     try:
-        from read_floor import read_all
+        from read_floor import MAX_BUFFERS, read_all
 
         if chained:
+            if len(flat(pool[0])) >= MAX_BUFFERS:  # no room for x, so nothing to chain on (q/k/v's 9 arrays)
+                return {"error": f"a chained floor reads x beside the weights' arrays: at most {MAX_BUFFERS - 1}"}
             floor = mx.compile(chain(lambda x, p: read_all((*flat(p), x)), pool))
         else:
             floor = mx.compile(lambda x: [read_all(flat(pool[i % len(pool)])) for i in range(PRODUCTS_PER_EVAL)])
