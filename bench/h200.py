@@ -763,9 +763,13 @@ def products(fmt: str, pool: list, fused: str | None | bool = False):
     return over_pool("mlx_metile"), over_pool("stock")
 
 
+IMPLS = ("mlx_metile", "stock")
+FLOOR_KEY = {"compiled": "read_floor", "chained": "read_floor_chained"}  # where each mode's read floor goes
+
+
 def chain(step, pool: list):
     """x -> PRODUCTS_PER_EVAL products step(x, entry), each x made from the previous product's
-    output (x + 0 * its first column: one small elementwise kernel, the same for every side), so
+    output (x + 0 * its first element: one small elementwise kernel, the same for every side), so
     that the products run one after another as a model's projections do. Without it the products
     of an evaluation are independent and MLX lets their kernels run side by side: a grid that
     leaves SMs idle (stock MLX's 32-row kernels: 112 blocks of 128 columns on 132 SMs) is then
@@ -804,7 +808,7 @@ def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None, fused: str | None 
         except Exception as e:  # a private PyTorch op: its signature has changed between releases
             r["torch_error"] = repr(e)
     # eager: the graph is built in Python for every evaluation (host overhead included);
-    # compiled: mx.compile replays it, so the time is the kernels'
+    # compiled: mx.compile replays it, so the time is the kernels'; chained: compiled, products in turn
     for mode in MODES:
         if mode == "chained":
             if fused is False:
@@ -834,10 +838,6 @@ def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None, fused: str | None 
                 _floors[key] = read_floor_case(pool, x_in, nbytes, chained=mode == "chained")
             r[FLOOR_KEY[mode]] = _floors[key]
     return r
-
-
-IMPLS = ("mlx_metile", "stock")
-FLOOR_KEY = {"compiled": "read_floor", "chained": "read_floor_chained"}
 
 
 _floors: dict = {}

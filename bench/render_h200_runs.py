@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-FLOOR_KEY = {"compiled": "read_floor", "chained": "read_floor_chained"}  # bench/h200.py's keys
+from render_h200 import FLOOR_KEY
 
 
 def span(values: list[float], fmt: str) -> str:
