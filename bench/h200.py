@@ -741,16 +741,21 @@ def fused_product(impl: str, fmt: str, x, entry: tuple, epilogue: str | None) ->
     return outs
 
 
+def product_step(impl: str, fmt: str, fused: str | None | bool = False):
+    """(x, pool entry) -> the list of one product's outputs, `impl`'s way; `fused`: False for a
+    single product, else the fused product's epilogue."""
+    if fused is False:
+        return lambda x, entry: [product(impl, fmt, x, entry)]
+    return lambda x, entry: fused_product(impl, fmt, x, entry, fused)
+
+
 def products(fmt: str, pool: list, fused: str | None | bool = False):
     """(mlx_metile, stock) functions of x computing PRODUCTS_PER_EVAL products, each with the
     pool's next weight; `fused`: False for single products, else the fused products' epilogue."""
 
-    def one(impl, x, entry):
-        if fused is False:
-            return [product(impl, fmt, x, entry)]
-        return fused_product(impl, fmt, x, entry, fused)
-
     def over_pool(impl):
+        one = product_step(impl, fmt, fused)
+
         # fused products take a list of one x per product: with a single x, stock MLX's
         # products followed by SwiGLU measured 2 x 117 MB of bf16 weights in 8 us - not all
         # computed, presumably mx.compile merging the repeats (same x, same pool entry) - so
@@ -758,7 +763,7 @@ def products(fmt: str, pool: list, fused: str | None | bool = False):
         def x_of(x, i):
             return x[i] if fused is not False else x
 
-        return lambda x: [y for i in range(PRODUCTS_PER_EVAL) for y in one(impl, x_of(x, i), pool[i % len(pool)])]
+        return lambda x: [y for i in range(PRODUCTS_PER_EVAL) for y in one(x_of(x, i), pool[i % len(pool)])]
 
     return over_pool("mlx_metile"), over_pool("stock")
 
@@ -768,9 +773,10 @@ FLOOR_KEY = {"compiled": "read_floor", "chained": "read_floor_chained"}  # where
 
 
 def chain(step, pool: list):
-    """x -> PRODUCTS_PER_EVAL products step(x, entry), each x made from the previous product's
-    output (x + 0 * its first element: one small elementwise kernel, the same for every side), so
-    that the products run one after another as a model's projections do. Without it the products
+    """x -> the outputs of PRODUCTS_PER_EVAL products step(x, entry) (a list of outputs each), each
+    x made from the previous product's output (x + 0 * its first element: one small elementwise
+    kernel, the same for every side), so that the products run one after another as a model's
+    projections do. Without it the products
     of an evaluation are independent and MLX lets their kernels run side by side: a grid that
     leaves SMs idle (stock MLX's 32-row kernels: 112 blocks of 128 columns on 132 SMs) is then
     filled by the next products' blocks, which a model's dependent chain does not allow."""
@@ -779,7 +785,6 @@ def chain(step, pool: list):
         outs = []
         for i in range(PRODUCTS_PER_EVAL):
             ys = step(x, pool[i % len(pool)])
-            ys = ys if isinstance(ys, list) else [ys]  # fused products give one output per weight
             outs += ys
             x = x + 0 * ys[0].reshape(-1)[:1].astype(x.dtype)
         return outs
@@ -811,11 +816,7 @@ def bench_case(fmt, K, N, rows, pool, nbytes, torch_mod=None, fused: str | None 
     # compiled: mx.compile replays it, so the time is the kernels'; chained: compiled, products in turn
     for mode in MODES:
         if mode == "chained":
-            if fused is False:
-                steps = [lambda x, p, i=impl: product(i, fmt, x, p) for impl in IMPLS]
-            else:
-                steps = [lambda x, p, i=impl: fused_product(i, fmt, x, p, fused) for impl in IMPLS]
-            fo, fs = (mx.compile(chain(step, pool)) for step in steps)
+            fo, fs = (mx.compile(chain(product_step(impl, fmt, fused), pool)) for impl in IMPLS)
             x_in = x[0] if fused is not False else x  # a chain makes its own x per product
         else:
             wrap = mx.compile if mode == "compiled" else (lambda f: f)
@@ -854,7 +855,7 @@ def read_floor_case(pool: list, x, nbytes: int, chained: bool = False) -> dict:
         if chained:
             if len(flat(pool[0])) >= MAX_BUFFERS:  # no room for x, so nothing to chain on (q/k/v's 9 arrays)
                 return {"error": f"a chained floor reads x beside the weights' arrays: at most {MAX_BUFFERS - 1}"}
-            floor = mx.compile(chain(lambda x, p: read_all((*flat(p), x)), pool))
+            floor = mx.compile(chain(lambda x, p: [read_all((*flat(p), x))], pool))
         else:
             floor = mx.compile(lambda x: [read_all(flat(pool[i % len(pool)])) for i in range(PRODUCTS_PER_EVAL)])
         t, host = (t / PRODUCTS_PER_EVAL for t in timed_with_host(lambda: floor(x)))
