@@ -776,10 +776,10 @@ def chain(step, pool: list):
     """x -> the outputs of PRODUCTS_PER_EVAL products step(x, entry) (a list of outputs each), each
     x made from the previous product's output (x + 0 * its first element: one small elementwise
     kernel, the same for every side), so that the products run one after another as a model's
-    projections do. Without it the products
-    of an evaluation are independent and MLX lets their kernels run side by side: a grid that
-    leaves SMs idle (stock MLX's 32-row kernels: 112 blocks of 128 columns on 132 SMs) is then
-    filled by the next products' blocks, which a model's dependent chain does not allow."""
+    projections do. Without it the products of an evaluation are independent and MLX lets their
+    kernels run side by side: a grid that leaves SMs idle (stock MLX's 32-row kernels: 112 blocks
+    of 128 columns on 132 SMs) is then filled by the next products' blocks, which a model's
+    dependent chain does not allow."""
 
     def run(x):
         outs = []

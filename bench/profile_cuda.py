@@ -107,6 +107,11 @@ def main() -> int:
     args = parser.parse_args()
     if not 1 <= args.rows <= 32:
         raise SystemExit(f"rows: expected 1..32, got {args.rows}")
+    for name in ("k", "n"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name}: expected a positive width, got {getattr(args, name)}")
+    if args.qkv < 0:
+        raise SystemExit(f"--qkv: expected the k/v width (0: a single product), got {args.qkv}")
     mx.set_default_device(mx.gpu)
     if args.qkv:
         run = qkv(args.format, args.rows, args.k, (args.n, args.qkv, args.qkv), args.who)
