@@ -24,16 +24,15 @@ from functools import lru_cache
 
 import mlx.core as mx
 
-from .compiler.lower_mma import mma_supported
-from .compiler.lower_mma_staged import DEEP, bucket_layout, column_layout
-from .compiler.schedule import MAX_ROWS_PER_PROGRAM, row_bucket
-from .envvars import getenv, raw_settings
+from . import settings
 from .gradients import differentiable
 from .reference import fused_reference
 from .runtime import compile_projection, emulation_enabled, emulator_object
 from .runtime import cuda as cuda_runtime
-from .runtime.pipeline import tensor_cores
+from .runtime.cuda_device import build_target
+from .schedule import Shape, choose, fuses_norm, row_bucket
 from .spec import EPILOGUE_CODES, EPILOGUES, ProjectionSpec, WeightFormat
+from .targets import CPU
 from .trace import TraceRecord, record, tracing
 
 try:  # the C++ core: CPU, emulator and Metal paths (the CUDA path does not need it)
@@ -163,13 +162,16 @@ def _compiled(
     residual: bool,
     k_multiple: int,
     bucket: int,
-    target: str,
-    layout: int = 0,
+    target,
+    shape: Shape,
     norm_eps: float | None = None,
+    generation: int = 0,
 ) -> tuple[ProjectionSpec, object]:
-    """Spec and artifact for hashable primitives: the per-call cache lookup."""
+    """Spec and artifact for hashable primitives: the per-call cache lookup (`generation`: the
+    settings' reload count, so a reload chooses again)."""
     spec = ProjectionSpec(act, formats, epilogue, residual, k_multiple=k_multiple, norm_eps=norm_eps)
-    return spec, compile_projection(spec, bucket, target, layout)
+    schedule = choose(spec, bucket, target, shape)
+    return spec, compile_projection(spec, schedule, target.language)
 
 
 @lru_cache(maxsize=64)
@@ -295,20 +297,15 @@ def _project(
         backend = "mlx"
     if backend == "cuda" and rows > cuda_max_rows():
         backend = "mlx"  # SIMT kernels lose to MLX's tensor-core GEMMs there (bench/results/h200-*)
-    target = "cuda" if backend == "cuda" else "msl"
+    target = build_target() if backend == "cuda" else CPU
     # CUDA: up to 256, so the mma schedule knows when K holds whole multiples of 4 groups (aligned K split)
-    k_multiple = math.gcd(K, 256 if target == "cuda" else 64)
+    k_multiple = math.gcd(K, 256 if target.language == "cuda" else 64)
     cols = Ns[0] if epilogue == "swiglu" else sum(Ns)
-    one_weight = len(weights) == 1 and epilogue != "swiglu"
-    layout = 0
-    if target == "cuda":
-        layout = column_layout(cols, K, one_weight and isinstance(weights[0], QuantizedWeight))
-        if one_weight:
-            layout = bucket_layout(layout, K, row_bucket(rows), formats[0])
+    shape = Shape(K, cols)
     norm_eps = None if norm is None else float(norm[1])
     if norm is not None:
         spec = ProjectionSpec(act, formats, epilogue, residual is not None, k_multiple=k_multiple, norm_eps=norm_eps)
-        if not (_norm_fusable(backend, spec, rows, layout, norm) and norm_pays(epilogue, cols)):
+        if not (backend == "cuda" and norm[0].dtype == mx.bfloat16 and fuses_norm(spec, rows, target, shape)):
             # the norm, then the product
             xn = mx.fast.rms_norm(x_in, norm[0], norm[1], stream=s)
             outs = _project(op, xn, weights, biases, epilogue, residual_in, stream)
@@ -324,13 +321,22 @@ def _project(
         return [o.reshape(*lead, o.shape[-1]) for o in outs]
 
     _, artifact = _compiled(
-        act, formats, epilogue, residual is not None, k_multiple, row_bucket(rows), target, layout, norm_eps
+        act,
+        formats,
+        epilogue,
+        residual is not None,
+        k_multiple,
+        row_bucket(rows),
+        target,
+        shape,
+        norm_eps,
+        settings.generation(),
     )
     scalars = {"M": rows, "K": K, **{f"N{i}": n for i, n in enumerate(Ns)}}
     out_ns = [Ns[0]] if single else Ns
     if backend == "cuda":
         plan = _cuda_plan_of(artifact, x_in, residual_in, out_dtype, rows, cols, scalars, lead, out_ns)
-        if getenv("MLX_METILE_CUDA_GRADIENTS", "0") == "1":
+        if settings.current().cuda_gradients:
             # opt-in: it passed the H200 gradient check, but what it costs an eager call is unmeasured
             inputs = plan.inputs_with(x_in, weight_inputs(weights, biases), residual_in)
             outs = differentiable(
@@ -396,14 +402,7 @@ def cuda_max_rows() -> int:
     """Calls with more rows than this run stock MLX on CUDA (default 32, the
     split-K kernels; MLX_METILE_CUDA_MAX_ROWS raises it, e.g. to test the tiled
     kernel there). Row invariance on CUDA therefore covers calls up to it."""
-    return _row_count(getenv("MLX_METILE_CUDA_MAX_ROWS", "32"))
-
-
-@lru_cache(maxsize=16)
-def _row_count(value: str) -> int:
-    if not value.isdigit():
-        raise ValueError(f"MLX_METILE_CUDA_MAX_ROWS: expected a row count, got {value!r}")
-    return int(value)
+    return settings.current().cuda_max_rows
 
 
 def _record(op, rows, K, Ns, formats, epilogue, residual, backend, kernel) -> None:
@@ -513,7 +512,7 @@ def _native_launch() -> bool:
         _ext is not None
         and hasattr(_ext, "CudaLaunch")
         and getattr(mx.fast, "precompiled_cuda_kernel", None) is _STOCK_PRECOMPILED
-        and getenv("MLX_METILE_CUDA_NATIVE_LAUNCH", "1") != "0"
+        and settings.current().cuda_native_launch
     )
 
 
@@ -523,12 +522,7 @@ def _own_primitive() -> bool:
     op: where the extension was built with it and MLX_METILE_CUDA_PRIMITIVE is not "0". Its output
     pool's limit, MLX_METILE_CUDA_POOL_MB (read by the extension at its first launch), is checked
     here, where a bad value can still raise."""
-    if not (getattr(_ext, "HAS_CUDA_PRIMITIVE", False) and getenv("MLX_METILE_CUDA_PRIMITIVE", "1") != "0"):
-        return False
-    pool_mb = getenv("MLX_METILE_CUDA_POOL_MB", "")
-    if pool_mb and not pool_mb.isdigit():
-        raise ValueError(f"MLX_METILE_CUDA_POOL_MB: expected a whole number of megabytes, got {pool_mb!r}")
-    return True
+    return getattr(_ext, "HAS_CUDA_PRIMITIVE", False) and settings.current().cuda_primitive
 
 
 def cuda_launch_kind() -> str:
@@ -570,44 +564,6 @@ def _check_norm(norm, K: int) -> None:
         raise ValueError(f"norm[1]: expected a positive finite eps, got {eps!r}")
 
 
-def _norm_fusable(backend: str, spec: ProjectionSpec, rows: int, layout: int, norm: Norm) -> bool:
-    """Whether an RMSNorm goes into the projection's kernel: CUDA's tensor-core schedule
-    (lower_mma.MMALowering.norm: up to 32 rows, bf16 activations) with a bf16 norm weight
-    (another would promote stock's normalised x), not the DEEP layout (whose warps take two K
-    ranges at 16-32 rows) and not under MLX_METILE_CUDA_GRADIENTS (whose vjp composes stock ops)."""
-    return (
-        backend == "cuda"
-        and spec.act_dtype == "bf16"
-        and norm[0].dtype == mx.bfloat16
-        and rows <= MAX_ROWS_PER_PROGRAM
-        and tensor_cores()
-        and mma_supported(spec)
-        and layout != DEEP
-        and getenv("MLX_METILE_CUDA_GRADIENTS", "0") != "1"
-    )
-
-
-# Where the fused norm measured faster than mx.fast.rms_norm before the same kernel (H200, 4-bit and
-# 8-bit group 64, mx.compile, bench/norm_fusion.py, docs/CUDA_MEASUREMENTS.md "Eighteenth session"):
-# q/k/v 4096 -> 6144 1.10-1.26x at 1-16 rows, 0.80-0.98x at 32; gate/up with SwiGLU 4096 -> 2 x
-# 14336 0.84-1.01x at 1-16 rows, 0.49-0.76x at 32. Every block redoes x * g and the sum of squares
-# over all of K, so (presumably) the cost grows with the blocks while the saving is one launch: the
-# limit on columns lies somewhere between the two shapes measured, 6144 and 28672. There is no limit
-# on rows: a row computed with the norm fused and the same row computed after stock's norm differ
-# in their last bits (x * g rounded once against x / rms rounded, then times g), so switching at
-# some row count would break row invariance (the H200's correctness matrix caught a 16-row limit;
-# speculative decoding needs a row's result not to depend on the batch); q/k/v at 17-32 rows pays
-# for that (0.80x int4, 0.98x int8 at 32).
-NORM_FUSED_MAX_COLUMNS = 8192
-
-
-def norm_pays(epilogue: str | None, columns: int) -> bool:
-    """Whether an RMSNorm that the kernel can take goes into it (fused_linear(norm=)): no SwiGLU
-    and at most NORM_FUSED_MAX_COLUMNS output columns in all (q/k/v). Elsewhere the norm is its
-    own op; integrations.modules asks this before handing a norm over."""
-    return epilogue is None and columns <= NORM_FUSED_MAX_COLUMNS
-
-
 def _cuda_plan_of(artifact, x, residual, out_dtype, rows, cols, scalars, lead, out_ns) -> _CudaPlan:
     """The plan of a checked call, from its original x and residual."""
     x_cast = out_dtype if x.dtype != out_dtype else None
@@ -626,7 +582,7 @@ def _keep_plan(key: tuple, plan: _CudaPlan | _NormFirstPlan) -> None:
     _PLANS[key] = plan
 
 
-_per_call_settings = raw_settings("MLX_METILE_CUDA_GRADIENTS", "MLX_METILE_CUDA_MAX_ROWS")
+_per_call_settings = settings.generation
 
 
 def _plan_key(op, x, weights, biases, epilogue, residual, norm: Norm | None = None) -> tuple | None:

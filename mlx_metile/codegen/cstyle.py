@@ -1,14 +1,66 @@
-"""The C-like renderer core: statements, declarations and the `@call` tables.
+"""The C-like renderer core: statements, expressions and the dialect tables.
 
-A dialect subclass overrides only small tables and the signature, in the
-manner of tinygrad's renderers: type names, the spelling of each `@call`, and
-how a kernel receives its buffers and thread indices."""
+A dialect subclass overrides only small tables and hooks, in the manner of tinygrad's
+renderers: type names, the spelling of each neutral `Call`, conversions, and how a kernel
+receives its buffers and thread indices. The printer adds no parentheses of its own: a tree
+whose text would parse otherwise is refused (`AmbiguousExpr`), see ast.py.
+"""
 
 from __future__ import annotations
 
 import re
 
-from .ast import Assign, Barrier, Comment, Decl, If, KernelDef, Loop, Raw
+from .ast import (
+    POSTFIX,
+    SELECT,
+    UNARY,
+    ArrayPtrType,
+    Assign,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
+    Barrier,
+    Bin,
+    Block,
+    Call,
+    Cast,
+    Comment,
+    Const,
+    Convert,
+    Decl,
+    Decls,
+    Expr,
+    If,
+    Increment,
+    IntPoly,
+    KernelDef,
+    Line,
+    Load,
+    Loop,
+    Mma,
+    Paren,
+    PtrCast,
+    PtrType,
+    Raw,
+    Select,
+    SharedBytes,
+    Un,
+    Var,
+    View,
+    Zero,
+    precedence,
+)
+from .ast import Field as FieldExpr
+from .ast import Index as IndexExpr
+
+
+class AmbiguousExpr(ValueError):
+    """An expression tree whose printed form would not parse back to it (a Paren is missing)."""
+
+
+class RenderError(ValueError):
+    """A statement or operation this dialect cannot print."""
+
 
 # Preamble helpers in neutral notation; dialects map the @calls inside them.
 HELPERS = {
@@ -30,6 +82,28 @@ HELPERS = {
 HELPER_DEPENDS = {"gelu": ["erf"]}
 
 
+def float_literal(v: float) -> str:
+    text = repr(float(v))
+    if "inf" in text or "nan" in text:
+        raise RenderError(f"non-finite constant {v}")
+    return f"{text}f" if ("." in text or "e" in text) else f"{text}.0f"
+
+
+def poly_text(terms) -> str:
+    """An IntPoly's terms as C: `(a + 2*b - 3)`, one term without parentheses."""
+    if not terms:
+        return "0"
+    parts = []
+    for m, c in terms:
+        if m == ():
+            parts.append(str(c))
+        else:
+            factor = "*".join(m)
+            parts.append(factor if c == 1 else f"{c}*{factor}")
+    text = " + ".join(parts).replace("+ -", "- ")
+    return text if len(terms) == 1 else f"({text})"
+
+
 class CStyleRenderer:
     target = "c"
     types = {
@@ -44,6 +118,14 @@ class CStyleRenderer:
         "vbf16": "metile_vec_bf16",
         "vf16": "metile_vec_f16",
         "vf32": "metile_vec_f32",
+        # raw register bits (packed values), byte pointers and sizes
+        "bits16": "unsigned short",
+        "bits32": "unsigned",
+        "bits32x2": "uint2",
+        "bits32x4": "uint4",
+        "char": "char",
+        "u8": "unsigned char",
+        "size": "size_t",
     }
     # 16-byte vectors: (element dtype, count)
     vectors = {"u32": 4, "bf16": 8, "f16": 8, "f32": 4}
@@ -60,6 +142,8 @@ class CStyleRenderer:
         "gelu_approx": "metile_gelu_approx({0})",
         "max": "max({0}, {1})",
         "min": "min({0}, {1})",
+        "min_i32": "min({0}, {1})",
+        "max_i32": "max({0}, {1})",
         "vload_u32": "metile_vload_u32({0}, {1}, {2})",
         "vload_bf16": "metile_vload_bf16({0}, {1}, {2})",
         "vload_f16": "metile_vload_f16({0}, {1}, {2})",
@@ -69,68 +153,193 @@ class CStyleRenderer:
         "vget_f16": "{0}.v[{1}]",
         "vget_f32": "{0}.v[{1}]",
     }
+    zeros: dict[str, str] = {"bits32": "0u", "f32": "0.0f", "bits16": "(unsigned short)0"}
     unroll_pragma = "#pragma unroll"
     shared_space = "threadgroup"
     barrier = "threadgroup_barrier(mem_flags::mem_threadgroup)"
+    simd_barrier = "simdgroup_barrier(mem_flags::mem_none)"
+    null = "nullptr"
     indent_unit = "  "
 
-    # -- conversions: @cvt_<to>_<from>(x) ------------------------------------
+    # -- conversions ----------------------------------------------------------------------
     def convert(self, to: str, src: str, x: str) -> str:
         return f"{self.types[to]}({x})"
 
-    # -- expression text -----------------------------------------------------
-    def expr(self, text: str) -> str:
-        """Replace every @call(...) innermost-first by its dialect spelling."""
+    # -- types ----------------------------------------------------------------------------
+    def type_name(self, t) -> str:
+        if isinstance(t, PtrType):
+            inner = self.type_name(t.elem)
+            return f"{'const ' if t.const_elem else ''}{inner}*{' const' if t.const else ''}"
+        if isinstance(t, ArrayPtrType):
+            dims = "".join(f"[{d}]" for d in t.dims)
+            return f"{self.types[t.elem]} (*){dims}"
+        if t not in self.types:
+            raise RenderError(f"{self.target} renderer has no type {t!r}")
+        return self.types[t]
+
+    # -- expressions ----------------------------------------------------------------------
+    def operand(self, e: Expr, at_least: int, parent: Expr) -> str:
+        """e printed where its precedence must be at least `at_least`."""
+        if precedence(e) < at_least:
+            raise AmbiguousExpr(f"{self.expr(e)!r} needs parentheses inside {type(parent).__name__}")
+        return self.expr(e)
+
+    def expr(self, e: Expr) -> str:
+        if isinstance(e, Var):
+            return e.name
+        if isinstance(e, Const):
+            return self.const(e)
+        if isinstance(e, Bin):
+            p = precedence(e)
+            return f"{self.operand(e.a, p, e)} {e.op} {self.operand(e.b, p + 1, e)}"
+        if isinstance(e, Un):
+            return f"{e.op}{self.operand(e.a, UNARY, e)}"
+        if isinstance(e, Select):
+            return (
+                f"{self.operand(e.cond, SELECT + 1, e)} ? {self.operand(e.a, SELECT, e)} : "
+                f"{self.operand(e.b, SELECT, e)}"
+            )
+        if isinstance(e, Paren):
+            return f"({self.expr(e.a)})"
+        if isinstance(e, Call):
+            return self.call(e.name, [self.expr(a) for a in e.args])
+        if isinstance(e, IndexExpr):
+            return f"{self.operand(e.base, POSTFIX, e)}[{self.expr(e.index)}]"
+        if isinstance(e, FieldExpr):
+            return f"{self.operand(e.base, POSTFIX, e)}.{e.name}"
+        if isinstance(e, Convert):
+            return self.convert(e.to, e.src, self.expr(e.a))
+        if isinstance(e, Cast):
+            return f"({self.type_name(e.dtype)}){self.operand(e.a, UNARY, e)}"
+        if isinstance(e, PtrCast):
+            return self.ptr_cast(self.type_name(e.ptype), self.expr(e.a))
+        if isinstance(e, Load):
+            return self.load(e.vtype, self.expr(e.addr))
+        if isinstance(e, Zero):
+            if e.vtype not in self.zeros:
+                raise RenderError(f"{self.target} renderer has no zero of {e.vtype!r}")
+            return self.zeros[e.vtype]
+        if isinstance(e, IntPoly):
+            return poly_text(e.terms)
+        raise RenderError(f"unknown expression {e!r}")
+
+    def const(self, e: Const) -> str:
+        v, t = e.value, e.dtype
+        if t in ("i32", "u32"):
+            digits = f"0x{int(v):0{e.hex}X}" if e.hex else str(int(v))
+            return digits + ("u" if t == "u32" else "")
+        if t == "f32":
+            return float_literal(v)
+        if t == "bool":
+            return "true" if v else "false"
+        if t == "null":
+            return self.null
+        if t == "zero_init":
+            return "{}"
+        raise RenderError(f"unknown constant {e!r}")
+
+    def call(self, name: str, args: list[str]) -> str:
+        if name not in self.calls:
+            raise RenderError(f"{self.target} renderer has no spelling for {name}")
+        return self.calls[name].format(*args)
+
+    def ptr_cast(self, ptype: str, x: str) -> str:
+        return f"reinterpret_cast<{ptype}>({x})"
+
+    def load(self, vtype: str, addr: str) -> str:
+        return f"*reinterpret_cast<const {self.type_name(vtype)}*>({addr})"
+
+    # -- neutral @calls inside helper text ---------------------------------------------------
+    def expand(self, text: str) -> str:
+        """Replace every @call(...) of helper text innermost-first by its dialect spelling."""
         pattern = re.compile(r"@(\w+)\(([^()@]*(?:\([^()@]*\)[^()@]*)*)\)")
         while "@" in text:
-            new = pattern.sub(self._call, text)
+            new = pattern.sub(lambda m: self.call(m.group(1), _split_args(m.group(2))), text)
             if new == text:
-                raise ValueError(f"unrenderable call in: {text}")
+                raise RenderError(f"unrenderable call in: {text}")
             text = new
         return text
 
-    def _call(self, m: re.Match) -> str:
-        name, args = m.group(1), _split_args(m.group(2))
-        if name.startswith("cvt_"):
-            _, to, src = name.split("_")
-            return self.convert(to, src, args[0])
-        if name in self.calls:
-            return self.calls[name].format(*args)
-        raise ValueError(f"{self.target} renderer has no spelling for @{name}")
+    # -- statements -------------------------------------------------------------------------
+    def line(self, s) -> str:
+        """A statement that prints on one line, without indentation."""
+        if isinstance(s, Comment):
+            return f"// {s.text}"
+        if isinstance(s, Decl):
+            t = self.type_name(s.dtype)
+            dims = "".join(f"[{d}]" for d in s.dims)
+            init = f" = {self.expr(s.init)}" if s.init is not None else ""
+            space = f"{self.shared_space} " if s.shared else ""
+            return f"{space}{'const ' if s.const else ''}{t} {s.name}{dims}{init};"
+        if isinstance(s, Decls):
+            t = self.type_name(s.dtype)
+            items = ", ".join(n if i is None else f"{n} = {self.expr(i)}" for n, i in s.items)
+            return f"{'const ' if s.const else ''}{t} {items};"
+        if isinstance(s, View):
+            return self.view(s)
+        if isinstance(s, SharedBytes):
+            return self.shared_bytes(s)
+        if isinstance(s, Assign):
+            return f"{self.expr(s.target)} {s.op} {self.expr(s.value)};"
+        if isinstance(s, Increment):
+            return f"++{self.expr(s.target)};"
+        if isinstance(s, Barrier):
+            return f"{self.barrier if s.scope == 'group' else self.simd_barrier};"
+        if isinstance(s, Mma):
+            return self.mma(s)
+        if isinstance(s, AsyncCopy):
+            return self.async_copy(s)
+        if isinstance(s, AsyncCommit):
+            return self.async_commit()
+        if isinstance(s, AsyncWait):
+            return self.async_wait(s.pending)
+        if isinstance(s, Line):
+            text = " ".join(self.line(x) for x in s.stmts)
+            return text + (f"  // {s.comment}" if s.comment else "")
+        if isinstance(s, If) and (s.inline or not s.braces) and not s.orelse:
+            if not s.braces:
+                if len(s.body) != 1:
+                    raise RenderError("an if without braces takes one statement")
+                return f"if ({self.expr(s.cond)}) {self.line(s.body[0])}"
+            return f"if ({self.expr(s.cond)}) {{ {' '.join(self.line(x) for x in s.body)} }}"
+        raise RenderError(f"{type(s).__name__} does not print on one line")
 
-    # -- statements ----------------------------------------------------------
     def stmts(self, body, depth: int) -> list[str]:
         pad = self.indent_unit * depth
         out: list[str] = []
         for s in body:
-            if isinstance(s, Comment):
-                out.append(f"{pad}// {s.text}")
-            elif isinstance(s, Decl):
-                t = self.types[s.dtype]
-                dims = "".join(f"[{d}]" for d in s.dims)
-                init = f" = {self.expr(s.init)}" if s.init is not None else ""
-                space = f"{self.shared_space} " if s.shared else ""
-                out.append(f"{pad}{space}{'const ' if s.const else ''}{t} {s.name}{dims}{init};")
-            elif isinstance(s, Assign):
-                out.append(f"{pad}{self.expr(s.target)} = {self.expr(s.value)};")
-            elif isinstance(s, Loop):
-                if s.unroll and self.unroll_pragma:
+            if isinstance(s, Loop):
+                if s.unroll is True and self.unroll_pragma:
                     out.append(f"{pad}{self.unroll_pragma}")
-                out.append(
-                    f"{pad}for (int {s.var} = {self.expr(s.start)}; {self.expr(s.cond)}; {s.var} += {s.step}) {{"
-                )
+                elif s.unroll is not False and self.unroll_pragma:
+                    out.append(f"{pad}{self.unroll_pragma} {s.unroll}")
+                step = f"++{s.var}" if s.step is None else f"{s.var} += {self.expr(s.step)}"
+                out.append(f"{pad}for (int {s.var} = {self.expr(s.start)}; {self.expr(s.cond)}; {step}) {{")
                 out += self.stmts(s.body, depth + 1)
                 out.append(f"{pad}}}")
             elif isinstance(s, Raw):
                 out += [f"{pad}{line}" for line in s.lines]
-            elif isinstance(s, Barrier):
-                out.append(f"{pad}{self.barrier};")
-            elif isinstance(s, If):
-                out.append(f"{pad}if ({self.expr(s.cond)}) {{")
+            elif isinstance(s, Block):
+                out.append(f"{pad}{{")
                 out += self.stmts(s.body, depth + 1)
                 out.append(f"{pad}}}")
+            elif isinstance(s, If) and s.inline:
+                out.append(pad + self.line(If(s.cond, s.body, inline=True)))
+                for other in s.orelse:
+                    if not isinstance(other, If) or not other.inline:
+                        raise RenderError("an inline if chains only inline ifs")
+                    out.append(pad + "else " + self.stmts([other], 0)[0])
+                    out += self.stmts([other], depth)[1:]
+            elif isinstance(s, If) and s.braces:
+                note = f"  // {s.comment}" if s.comment else ""
+                out.append(f"{pad}if ({self.expr(s.cond)}) {{{note}")
+                out += self.stmts(s.body, depth + 1)
+                if s.orelse:
+                    out.append(f"{pad}}} else {{")
+                    out += self.stmts(s.orelse, depth + 1)
+                out.append(f"{pad}}}")
             else:
-                raise TypeError(f"unknown statement {s!r}")
+                out.append(pad + self.line(s))
         return out
 
     def helpers(self, names: list[str]) -> list[str]:
@@ -139,9 +348,27 @@ class CStyleRenderer:
             for dep in HELPER_DEPENDS.get(n, []) + [n]:
                 if dep not in order:
                     order.append(dep)
-        return [self.expr(HELPERS[n]) for n in order]
+        return [self.expand(HELPERS[n]) for n in order]
 
     # -- dialect hooks -------------------------------------------------------
+    def view(self, s: View) -> str:
+        raise RenderError(f"{self.target} renderer has no shared-memory views")
+
+    def shared_bytes(self, s: SharedBytes) -> str:
+        raise RenderError(f"{self.target} renderer has no raw shared memory")
+
+    def mma(self, s: Mma) -> str:
+        raise RenderError(f"{self.target} has no m16n8k16 matrix multiply-accumulate")
+
+    def async_copy(self, s: AsyncCopy) -> str:
+        raise RenderError(f"{self.target} has no asynchronous copies")
+
+    def async_commit(self) -> str:
+        raise RenderError(f"{self.target} has no asynchronous copies")
+
+    def async_wait(self, pending: int) -> str:
+        raise RenderError(f"{self.target} has no asynchronous copies")
+
     def vector_helpers(self) -> list[str]:
         """A 16-byte struct per element type and a masked load of it (zeros where masked)."""
         out = []

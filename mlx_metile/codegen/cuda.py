@@ -5,7 +5,7 @@ inputs, outputs, then scalars."""
 
 from __future__ import annotations
 
-from .ast import KernelDef
+from .ast import AsyncCopy, KernelDef, Mma, SharedBytes, View
 from .cstyle import CStyleRenderer
 
 WARP_SUM = """__device__ __forceinline__ float metile_warp_sum(float v) {
@@ -132,7 +132,28 @@ class CUDARenderer(CStyleRenderer):
         "simdgroup": "(int)(threadIdx.x >> 5)",
         "program_id0": "(int)blockIdx.x",
         "program_id1": "(int)blockIdx.y",
+        "thread_x": "threadIdx.x",
+        "min_i32": "min({0}, {1})",
+        "max_i32": "max({0}, {1})",
+        "rsqrt": "rsqrtf({0})",
+        "byte_perm": "__byte_perm({0}, {1}, {2})",
+        "bits_as_f32": "__uint_as_float({0})",
+        "bits_as_f16": "__ushort_as_half({0})",
+        # the tensor-core schedules' helpers (MMA_HELPERS, Q8_SPLIT_HELPERS, NORM_HELPERS)
+        "q4_bf16": "metile_q4_bf16({0}, {1})",
+        "q4_f16": "metile_q4_f16({0}, {1})",
+        "q8_bf16": "metile_q8_bf16({0}, {1})",
+        "q8_f16": "metile_q8_f16({0}, {1})",
+        "q8lo_bf16": "metile_q8lo_bf16({0}, {1})",
+        "q8hi_bf16": "metile_q8hi_bf16({0}, {1})",
+        "norm_bf16": "metile_norm_bf16({0}, {1}, {2})",
     }
+    zeros = {
+        **CStyleRenderer.zeros,
+        "bits32x2": "make_uint2(0u, 0u)",
+        "bits32x4": "make_uint4(0u, 0u, 0u, 0u)",
+    }
+    simd_barrier = "__syncwarp()"
 
     def convert(self, to: str, src: str, x: str) -> str:
         if to == src:
@@ -149,6 +170,37 @@ class CUDARenderer(CStyleRenderer):
 
     def prelude(self) -> list[str]:
         return ["#include <cuda_fp16.h>", "#include <cuda_bf16.h>", WARP_SUM]
+
+    # -- warp-level statements ------------------------------------------------------------
+    def mma(self, s: Mma) -> str:
+        if s.dtype not in ("bf16", "f16") or len(s.a) != 4 or len(s.b) != 2:
+            raise ValueError(f"mma.sync m16n8k16 takes bf16 / f16 operands, 4 A and 2 B registers: {s}")
+        args = ", ".join(self.expr(x) for x in (s.c, *s.a, *s.b))
+        return f"metile_mma_{s.dtype}({args});"
+
+    def async_copy(self, s: AsyncCopy) -> str:
+        args = f"{self.expr(s.dst)}, {self.expr(s.src)}, {self.expr(s.pred)}"
+        if s.size == 16:
+            return f"metile_cp16({args});"
+        if s.size not in (4, 8):
+            raise ValueError(f"cp.async copies 4, 8 or 16 bytes, not {s.size}")
+        return f"metile_cp_small<{s.size}>({args});"
+
+    def async_commit(self) -> str:
+        return "metile_cp_commit();"
+
+    def async_wait(self, pending: int) -> str:
+        return f"metile_cp_wait<{pending}>();"
+
+    def shared_bytes(self, s: SharedBytes) -> str:
+        if s.size is None:  # sized at launch (dynamic shared memory)
+            return f"extern __shared__ __align__({s.align}) unsigned char {s.name}[];"
+        return f"__shared__ __align__({s.align}) unsigned char {s.name}[{s.size}];"
+
+    def view(self, s: View) -> str:
+        dims = "".join(f"[{d}]" for d in s.dims)
+        t = self.types[s.elem]
+        return f"{t} (*const {s.name}){dims} = reinterpret_cast<{t} (*){dims}>({self.expr(s.base)});"
 
     def helpers(self, names: list[str]) -> list[str]:
         generic = [n for n in names if n not in LOCAL_HELPERS]

@@ -9,6 +9,8 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
+from ..settings import current, environment_path
+
 MIN_CLANG = 17
 INSTALL_HINT = (
     "the Metal emulator needs clang >= 17 with compiler-rt: install Debian's "
@@ -30,14 +32,11 @@ def _version(clang: str) -> int:
 @lru_cache(maxsize=1)
 def find_clang() -> str:
     """MLX_METILE_CLANG, else the newest clang-NN (or clang) on PATH."""
-    explicit = os.environ.get("MLX_METILE_CLANG")
+    explicit = current().clang  # (checked to be an executable file by the settings)
     if explicit:
-        path = shutil.which(explicit) or explicit
-        if not Path(path).exists():
-            raise ToolchainError(f"MLX_METILE_CLANG={explicit!r} does not exist; {INSTALL_HINT}")
-        return path
+        return explicit
     candidates = []
-    for d in os.environ.get("PATH", "").split(os.pathsep):
+    for d in environment_path():
         if not os.path.isdir(d):
             continue
         for name in os.listdir(d):
@@ -66,9 +65,7 @@ def tool_beside_clang(name: str) -> str | None:
 
 def cache_root(sub: str) -> Path:
     """A folder of the package's cache: MLX_METILE_CACHE, else ~/.cache/mlx_metile."""
-    root = os.environ.get("MLX_METILE_CACHE")
-    base = Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mlx_metile"
-    path = base / sub
+    path = current().cache_root / sub
     path.mkdir(parents=True, exist_ok=True)
     return path
 

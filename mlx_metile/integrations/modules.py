@@ -11,8 +11,9 @@ from itertools import chain
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..ops import QuantizedWeight, fused_linear, norm_pays
+from ..ops import QuantizedWeight, fused_linear
 from ..projection import Projection
+from ..schedule import norm_pays
 from ..trace import TraceRecord, record
 
 PROJECTIONS = (nn.Linear, nn.QuantizedLinear)

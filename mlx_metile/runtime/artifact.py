@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..codegen.ast import KernelParam
-from ..compiler.schedule import Schedule
+from ..schedule import Schedule
 
 
 @dataclass(frozen=True, eq=False)

@@ -12,9 +12,10 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from ..cuda_arch import cuda_arch
 from ..emu.toolchain import cache_root
+from ..settings import current
 from .artifact import Artifact
+from .cuda_device import cuda_arch
 from .nvrtc import NvrtcError, compile_cuda, find_nvrtc
 
 
@@ -23,7 +24,7 @@ class CudaCompileError(RuntimeError):
 
 
 def find_nvcc() -> str | None:
-    explicit = os.environ.get("MLX_METILE_NVCC")
+    explicit = current().nvcc
     if explicit:
         return explicit
     found = shutil.which("nvcc")
@@ -39,9 +40,7 @@ def compiler() -> tuple[str, str]:
     """("nvcc", path) or ("nvrtc", library): MLX_METILE_CUDA_COMPILER=nvcc|nvrtc
     picks one; by default nvcc where installed (what ran on the H200), else the
     NVRTC that MLX's CUDA wheel brings."""
-    want = os.environ.get("MLX_METILE_CUDA_COMPILER", "")
-    if want not in ("", "nvcc", "nvrtc"):
-        raise ValueError(f"MLX_METILE_CUDA_COMPILER: expected nvcc or nvrtc, got {want!r}")
+    want = current().cuda_compiler or ""
     nvcc = find_nvcc() if want != "nvrtc" else None
     if nvcc is not None:
         return "nvcc", nvcc
@@ -63,9 +62,7 @@ def binary_kind(arch: str, tool: str) -> str:
     loaded and passed the correctness matrix (bench/results/h200-2026-11-29-session5-*)."""
     if arch.startswith("compute_"):
         return "ptx"
-    want = os.environ.get("MLX_METILE_CUDA_BINARY", "fatbin")
-    if want not in ("cubin", "fatbin"):
-        raise ValueError(f"MLX_METILE_CUDA_BINARY: expected cubin or fatbin, got {want!r}")
+    want = current().cuda_binary
     return "fatbin" if want == "fatbin" and tool == "nvcc" else "cubin"
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import sys
+
+from ..settings import current
 
 
 def enabled(stage: str) -> bool:
-    flags = {s.strip() for s in os.environ.get("MLX_METILE_DEBUG", "").split(",") if s.strip()}
-    return stage in flags or "all" in flags
+    return current().debugging(stage)
 
 
 def dump(stage: str, title: str, text: str) -> None:

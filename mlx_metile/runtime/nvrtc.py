@@ -15,6 +15,8 @@ import os
 import sys
 from functools import lru_cache
 
+from ..settings import current
+
 
 class NvrtcError(RuntimeError):
     pass
@@ -26,7 +28,7 @@ def _site_dirs() -> list[str]:
 
 @lru_cache(maxsize=1)
 def find_nvrtc() -> str | None:
-    explicit = os.environ.get("MLX_METILE_NVRTC")
+    explicit = current().nvrtc
     if explicit:
         return explicit
     for site in _site_dirs():
@@ -39,12 +41,13 @@ def find_nvrtc() -> str | None:
 
 def include_dirs() -> list[str]:
     """Directories holding cuda_fp16.h / cuda_bf16.h: the pip CUDA runtime's, then a toolkit's."""
-    dirs = [os.environ["MLX_METILE_CUDA_INCLUDE"]] if os.environ.get("MLX_METILE_CUDA_INCLUDE") else []
+    cfg = current()
+    dirs = [cfg.cuda_include] if cfg.cuda_include else []
     for site in _site_dirs():
         dirs += sorted(
             os.path.dirname(h) for h in glob.glob(os.path.join(site, "nvidia", "*", "include", "cuda_fp16.h"))
         )
-    for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+    for root in (cfg.cuda_home, "/usr/local/cuda"):
         if root and os.path.exists(os.path.join(root, "include", "cuda_fp16.h")):
             dirs.append(os.path.join(root, "include"))
     return dirs

@@ -1,4 +1,4 @@
-"""Lowering a bound tile program to the thread-level program of a schedule.
+"""The base of every lowering: a bound tile program rendered per element for a Schedule.
 
 Accepted programs (the projection family): element-wise index and mask
 arithmetic, one top-level loop over K whose carried values are f32
@@ -13,14 +13,34 @@ polynomials (poly.py) so equal offsets render equally and loads are shared.
 
 from __future__ import annotations
 
-import re
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..codegen.ast import Assign, Comment, Decl, If, KernelDef, KernelParam, Loop
+from ..codegen.ast import (
+    TRUE,
+    Assign,
+    Bin,
+    Call,
+    Comment,
+    Const,
+    Convert,
+    Decl,
+    Expr,
+    If,
+    Index,
+    IntPoly,
+    KernelDef,
+    KernelParam,
+    Paren,
+    Select,
+    Un,
+    Var,
+)
 from ..ir.nodes import FLOAT_DTYPES, For, Op, Program, Value
-from .poly import Poly, divmod_const, render
-from .schedule import Schedule
+from ..schedule import Schedule
+from ..spec import ProjectionSpec
+from .poly import Poly, divmod_const
 
 
 class LowerError(ValueError):
@@ -29,9 +49,12 @@ class LowerError(ValueError):
 
 @dataclass(frozen=True)
 class Elem:
+    """One element of a tile value: an integer polynomial, or an expression (named temporaries
+    are Vars)."""
+
     dtype: str
     poly: Poly | None = None
-    text: str | None = None
+    expr: Expr | None = None
     deps: frozenset[str] = frozenset()  # loop counters the value depends on
 
     @property
@@ -41,16 +64,32 @@ class Elem:
         return self.deps
 
     @property
-    def c(self) -> str:
-        return render(self.poly) if self.poly is not None else self.text  # type: ignore[return-value]
+    def e(self) -> Expr:
+        return poly_expr(self.poly) if self.poly is not None else self.expr  # type: ignore[return-value]
+
+
+def poly_expr(p: Poly) -> Expr:
+    return IntPoly(p.terms)
+
+
+def is_name(e: Expr) -> bool:
+    """Whether `e` prints as a single identifier (a variable, a symbol, true / false): such a
+    value needs no temporary."""
+    if isinstance(e, Var):
+        return True
+    if isinstance(e, Const):
+        return e.dtype == "bool"
+    if isinstance(e, IntPoly) and len(e.terms) == 1:
+        ((mono, coef),) = e.terms
+        return len(mono) == 1 and coef == 1
+    return False
 
 
 LOOP_SYMBOLS = frozenset({"kb", "vw", "r", "leaf", "vs"})
 VECTOR_WIDTH = {"u32": 4, "bf16": 8, "f16": 8, "f32": 4}  # elements per 16-byte load
-_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
-class _Scope:
+class Scope:
     """A statement list; `defines` is the loop counter it introduces. A
     temporary goes to the innermost scope defining a counter it depends on,
     so loop-invariant loads are hoisted out of inner loops."""
@@ -58,7 +97,7 @@ class _Scope:
     def __init__(
         self,
         stmts: list,
-        parent: _Scope | None = None,
+        parent: Scope | None = None,
         defines: str | None = None,
         fence: bool = False,
         declare_in: list | None = None,
@@ -72,14 +111,14 @@ class _Scope:
         self.declare_in = declare_in
         self.cache: dict = {}
 
-    def home(self, deps: frozenset[str]) -> _Scope:
-        s: _Scope = self
+    def home(self, deps: frozenset[str]) -> Scope:
+        s: Scope = self
         while s.parent is not None and not s.fence and (s.defines is None or s.defines not in deps):
             s = s.parent
         return s
 
     def get(self, key):
-        s: _Scope | None = self
+        s: Scope | None = self
         while s is not None:
             if key in s.cache:
                 return s.cache[key]
@@ -87,26 +126,36 @@ class _Scope:
         return None
 
 
-def _float_literal(v: float) -> str:
-    text = repr(float(v))
-    if "inf" in text or "nan" in text:
+def float_const(v: float) -> Const:
+    if not math.isfinite(float(v)):
         raise LowerError(f"non-finite constant {v}")
-    return f"{text}f" if ("." in text or "e" in text) else f"{text}.0f"
+    return Const(float(v), "f32")
 
 
-class _Lowering:
-    def __init__(self, program: Program, schedule: Schedule, divisors: dict[str, int], vector_buffers: frozenset[str]):
+def float_of(dtype: str, v: float) -> Expr:
+    """A floating-point constant of `dtype` (f32, or converted from f32)."""
+    return float_const(v) if dtype == "f32" else Convert(dtype, "f32", float_const(v))
+
+
+class Lowering:
+    """The public base class of the lowerings (one subclass per schedule, `lower()` building the
+    kernel). `divisors` state known divisibility of scalar parameters (K by the group size);
+    `vector_buffers` name the buffers whose loads may be widened to 16 bytes where the offset is
+    provably aligned - both from the spec."""
+
+    def __init__(self, program: Program, schedule: Schedule, spec: ProjectionSpec):
         self.p = program
-        self.vector_buffers = vector_buffers
+        self.spec = spec
+        self.vector_buffers = spec.vector_buffers()
         self.s = schedule
-        self.divisors = divisors
+        self.divisors = {"K": spec.k_divisor}
         self.defs: dict[int, Op] = {}
         self.helpers: list[str] = []
         self.names = 0
         self.sym: dict[int, Poly] = {}
         self.acc: dict[int, int] = {}  # loop result / carried value id -> accumulator number
-        # (row, column, accumulator j -> its text) while rendering the stores of one output element
-        self.epilogue_at: tuple[Poly, Poly, Callable[[int], str]] | None = None
+        # (row, column, accumulator j -> its value) while rendering the stores of one output element
+        self.epilogue_at: tuple[Poly, Poly, Callable[[int], Expr]] | None = None
         self.bounds: dict[str, int] = {}  # exclusive upper bounds of loop counters
         tops = [n for n in program.body if isinstance(n, For)]
         if len(tops) != 1:
@@ -134,10 +183,11 @@ class _Lowering:
         sub = idx[len(out_shape) - len(shape) :]
         return tuple(Poly.const(0) if d == 1 else i for d, i in zip(shape, sub))
 
-    def temp(self, scope: _Scope, dtype: str, text: str, deps: frozenset[str] = frozenset()) -> Elem:
-        if _IDENTIFIER.fullmatch(text):  # already a named value
-            return Elem(dtype, text=text, deps=deps)
-        key = ("text", dtype, text)
+    def temp(self, scope: Scope, dtype: str, value: Expr, deps: frozenset[str] = frozenset()) -> Elem:
+        """`value` as a named temporary of the innermost scope it depends on (one per value)."""
+        if is_name(value):  # already a named value
+            return Elem(dtype, expr=value, deps=deps)
+        key = ("expr", dtype, value)
         hit = scope.get(key)
         if hit is not None:
             return hit
@@ -145,31 +195,31 @@ class _Lowering:
         name = self.fresh("t")
         if home.declare_in is not None:
             home.declare_in.append(Decl(dtype, name))
-            home.stmts.append(Assign(name, text))
+            home.stmts.append(Assign(Var(name), value))
         else:
-            home.stmts.append(Decl(dtype, name, text, const=True))
-        e = Elem(dtype, text=name, deps=deps)
+            home.stmts.append(Decl(dtype, name, value, const=True))
+        e = Elem(dtype, expr=Var(name), deps=deps)
         home.cache[key] = e
         return e
 
-    def to(self, e: Elem, dtype: str) -> str:
+    def to(self, e: Elem, dtype: str) -> Expr:
         if e.dtype == dtype:
-            return e.c
+            return e.e
         src = "i32" if e.poly is not None else e.dtype
-        return f"@cvt_{dtype}_{src}({e.c})"
+        return Convert(dtype, src, e.e)
 
-    def elem(self, v: Value, idx: tuple[Poly, ...], scope: _Scope) -> Elem:
+    def elem(self, v: Value, idx: tuple[Poly, ...], scope: Scope) -> Elem:
         if v.id in self.sym:
             return Elem("i32", poly=self.sym[v.id])
         if v.id in self.acc:
             if self.epilogue_at is None:
                 raise LowerError(f"{self.p.name}: an accumulator is read before the K loop ends")
-            r, n, acc_text = self.epilogue_at
+            r, n, acc_value = self.epilogue_at
             # a size-1 dimension (BM == 1) is indexed by 0 under broadcasting
             want = tuple(Poly.const(0) if d == 1 else i for d, i in zip(v.type.shape, (r, n)))
             if idx != want:
                 raise LowerError(f"{self.p.name}: an epilogue reads the accumulator at another element")
-            return Elem("f32", text=acc_text(self.acc[v.id]))
+            return Elem("f32", expr=acc_value(self.acc[v.id]))
         key = ("elem", v.id, idx)
         hit = scope.get(key)
         if hit is not None:
@@ -181,7 +231,7 @@ class _Lowering:
         scope.cache[key] = e
         return e
 
-    def render_op(self, op: Op, idx: tuple[Poly, ...], scope: _Scope) -> Elem:
+    def render_op(self, op: Op, idx: tuple[Poly, ...], scope: Scope) -> Elem:
         k, dtype = op.kind, op.result.type.dtype
         shape = op.result.type.shape
         args = [
@@ -192,14 +242,14 @@ class _Lowering:
         if k == "const":
             val = op.attrs["value"]
             if dtype in ("i32", "u32"):
-                return Elem(dtype, poly=Poly.const(int(val))) if dtype == "i32" else Elem(dtype, text=f"{int(val)}u")
+                return (
+                    Elem(dtype, poly=Poly.const(int(val)))
+                    if dtype == "i32"
+                    else Elem(dtype, expr=Const(int(val), "u32"))
+                )
             if dtype == "bool":
-                return Elem(dtype, text="true" if val else "false")
-            return (
-                Elem("f32", text=_float_literal(val))
-                if dtype == "f32"
-                else Elem(dtype, text=f"@cvt_{dtype}_f32({_float_literal(val)})")
-            )
+                return Elem(dtype, expr=Const(bool(val), "bool"))
+            return Elem("f32" if dtype == "f32" else dtype, expr=float_of(dtype, val))
         if k == "program_id":
             return Elem("i32", poly=Poly.sym(f"pid{op.attrs['axis']}"))
         if k == "arange":
@@ -208,11 +258,7 @@ class _Lowering:
             val = op.attrs["value"]
             if dtype in ("i32",):
                 return Elem(dtype, poly=Poly.const(int(val)))
-            return (
-                Elem("f32", text=_float_literal(val))
-                if dtype == "f32"
-                else Elem(dtype, text=f"@cvt_{dtype}_f32({_float_literal(val)})")
-            )
+            return Elem("f32" if dtype == "f32" else dtype, expr=float_of(dtype, val))
         if k == "expand_dims":
             ax = op.attrs["axis"]
             return self.elem(op.args[0], idx[:ax] + idx[ax + 1 :], scope)
@@ -224,23 +270,22 @@ class _Lowering:
             name = op.attrs["op"]
             x = self.to(args[0], "f32")
             if name == "neg":
-                text = f"(-{x})"
+                value: Expr = Paren(Un("-", x))
             else:
                 if name in ("erf", "sigmoid", "silu", "gelu", "gelu_approx"):
                     self.use_helper(name)
-                text = f"@{name}({x})"
-            return self.temp(scope, dtype, text if dtype == "f32" else f"@cvt_{dtype}_f32({text})", deps)
+                value = Call(name, (x,))
+            return self.temp(scope, dtype, value if dtype == "f32" else Convert(dtype, "f32", value), deps)
         if k == "select":
-            return self.temp(
-                scope, dtype, f"({args[0].c} ? {self.to(args[1], dtype)} : {self.to(args[2], dtype)})", deps
-            )
+            choice = Select(args[0].e, self.to(args[1], dtype), self.to(args[2], dtype))
+            return self.temp(scope, dtype, Paren(choice), deps)
         if k == "cast":
             if args[0].dtype == dtype:
                 return args[0]
             if dtype == "f32" and args[0].dtype == "u32" and self.below_2_23(op.args[0]):
                 # exact either way; a dialect may spell it without an int->float
                 # conversion (CUDA: those issue at a quarter of the FMA rate)
-                return self.temp(scope, dtype, f"@u2f_small({args[0].c})", deps)
+                return self.temp(scope, dtype, Call("u2f_small", (args[0].e,)), deps)
             return self.temp(scope, dtype, self.to(args[0], dtype), deps)
         if k == "load":
             return self.load(op, args, scope, deps)
@@ -257,7 +302,7 @@ class _Lowering:
                 return True
         return False
 
-    def binary(self, name: str, a: Elem, b: Elem, dtype: str, scope: _Scope, deps: frozenset[str]) -> Elem:
+    def binary(self, name: str, a: Elem, b: Elem, dtype: str, scope: Scope, deps: frozenset[str]) -> Elem:
         if a.poly is not None and b.poly is not None and dtype == "i32":
             if name == "add":
                 return Elem(dtype, poly=a.poly + b.poly)
@@ -285,45 +330,43 @@ class _Lowering:
         if name in ("lt", "le", "gt", "ge", "eq"):
             sym = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=="}[name]
             if a.dtype in FLOAT_DTYPES or b.dtype in FLOAT_DTYPES:
-                return self.temp(scope, "bool", f"({self.to(a, 'f32')} {sym} {self.to(b, 'f32')})", deps)
-            return self.temp(scope, "bool", f"({a.c} {sym} {b.c})", deps)
+                return self.temp(scope, "bool", Paren(Bin(sym, self.to(a, "f32"), self.to(b, "f32"))), deps)
+            return self.temp(scope, "bool", Paren(Bin(sym, a.e, b.e)), deps)
         if name in ("and", "or"):
-            if a.text == "true":
+            if a.expr == TRUE:
                 return b if name == "and" else a
-            if b.text == "true":
+            if b.expr == TRUE:
                 return a if name == "and" else b
-            return self.temp(scope, "bool", f"({a.c} {'&&' if name == 'and' else '||'} {b.c})", deps)
+            return self.temp(scope, "bool", Paren(Bin("&&" if name == "and" else "||", a.e, b.e)), deps)
         if dtype in FLOAT_DTYPES:
             x, y = self.to(a, "f32"), self.to(b, "f32")
             if name in ("max", "min"):
-                text = f"@{name}({x}, {y})"
+                value: Expr = Call(name, (x, y))
             else:
-                text = f"({x} {dict(add='+', sub='-', mul='*', div='/')[name]} {y})"
-            return self.temp(scope, dtype, text if dtype == "f32" else f"@cvt_{dtype}_f32({text})", deps)
+                value = Paren(Bin(dict(add="+", sub="-", mul="*", div="/")[name], x, y))
+            return self.temp(scope, dtype, value if dtype == "f32" else Convert(dtype, "f32", value), deps)
         ops = {"add": "+", "sub": "-", "mul": "*", "floordiv": "/", "mod": "%", "shr": ">>", "shl": "<<", "bitand": "&"}
         if name not in ops:
             raise LowerError(f"{self.p.name}: integer op {name} is not supported")
-        return self.temp(scope, dtype, f"({self.to(a, dtype)} {ops[name]} {self.to(b, dtype)})", deps)
+        return self.temp(scope, dtype, Paren(Bin(ops[name], self.to(a, dtype), self.to(b, dtype))), deps)
 
-    def load(self, op: Op, args: list[Elem], scope: _Scope, deps: frozenset[str]) -> Elem:
+    def load(self, op: Op, args: list[Elem], scope: Scope, deps: frozenset[str]) -> Elem:
         buf = op.attrs["buffer"]
         dtype = op.result.type.dtype
         vector = self.vector_load(buf, dtype, args, op.attrs["other"], scope, deps)
         if vector is not None:
             return vector
-        access = f"{buf}[{args[0].c}]"
-        if len(args) > 1 and args[1].text != "true":
+        access: Expr = Index(Var(buf), args[0].e)
+        if len(args) > 1 and args[1].expr != TRUE:
             other = op.attrs["other"]
             if dtype in FLOAT_DTYPES:
-                fill = _float_literal(other) if dtype == "f32" else f"@cvt_{dtype}_f32({_float_literal(other)})"
+                fill = float_of(dtype, other)
             else:
-                fill = f"{int(other)}{'u' if dtype == 'u32' else ''}"
-            text = f"({args[1].c} ? {access} : {fill})"
-        else:
-            text = access
-        return self.temp(scope, dtype, text, deps)
+                fill = Const(int(other), "u32" if dtype == "u32" else "i32")
+            access = Paren(Select(args[1].e, access, fill))
+        return self.temp(scope, dtype, access, deps)
 
-    def vector_load(self, buf: str, dtype: str, args: list[Elem], other, scope: _Scope, deps) -> Elem | None:
+    def vector_load(self, buf: str, dtype: str, args: list[Elem], other, scope: Scope, deps) -> Elem | None:
         """A 16-byte load holding this element, when provably aligned.
 
         The offset's non-constant coefficients are all multiples of W (the
@@ -341,24 +384,24 @@ class _Lowering:
             return None
         sub = p.const_value % width
         base = p - sub
-        mask = args[1].c if len(args) > 1 else "true"
-        vec = self.temp(scope, f"v{dtype}", f"@vload_{dtype}({buf}, {render(base)}, {mask})", deps)
-        return Elem(dtype, text=f"@vget_{dtype}({vec.c}, {sub})", deps=vec.deps)
+        mask = args[1].e if len(args) > 1 else TRUE
+        vec = self.temp(scope, f"v{dtype}", Call(f"vload_{dtype}", (Var(buf), poly_expr(base), mask)), deps)
+        return Elem(dtype, expr=Call(f"vget_{dtype}", (vec.e, Const(sub))), deps=vec.deps)
 
     # -- the kernel ------------------------------------------------------------
-    def prologue(self, body: list, root: _Scope) -> list[Op]:
+    def prologue(self, body: list, root: Scope) -> list[Op]:
         """Thread indices, scalar parameters, and the K loop's dots in yield
         order (checked against the schedule's tile shapes)."""
         s, loop = self.s, self.loop
         body.append(Comment(self.s.describe()))
-        body.append(Decl("int", "pid0", "@program_id0()", const=True))
-        body.append(Decl("int", "pid1", "@program_id1()", const=True))
-        body.append(Decl("int", "lane", "@lane()", const=True))
-        body.append(Decl("int", "sg", "@simdgroup()", const=True))
+        body.append(Decl("int", "pid0", Call("program_id0"), const=True))
+        body.append(Decl("int", "pid1", Call("program_id1"), const=True))
+        body.append(Decl("int", "lane", Call("lane"), const=True))
+        body.append(Decl("int", "sg", Call("simdgroup"), const=True))
         for name, value in self.p.param_values.items():
             d = self.divisors.get(name, 1)
             if d > 1:
-                body.append(Decl("int", f"{name}_d", f"{name} / {d}", const=True))
+                body.append(Decl("int", f"{name}_d", Var(name) / d, const=True))
                 self.sym[value.id] = Poly.sym(f"{name}_d") * d
             else:
                 self.sym[value.id] = Poly.sym(name)
@@ -392,10 +435,10 @@ class _Lowering:
             raise LowerError(f"{self.p.name}: stores inside the K loop are not supported")
         return [n for n in self.p.body if isinstance(n, Op) and n.kind == "store"]
 
-    def render_stores(self, out: list, scope: _Scope, r: Poly, n: Poly, acc_text: Callable[[int], str]) -> None:
-        """The stores of output element (r, n), the accumulators read as acc_text(j)."""
+    def render_stores(self, out: list, scope: Scope, r: Poly, n: Poly, acc_value: Callable[[int], Expr]) -> None:
+        """The stores of output element (r, n), the accumulators read as acc_value(j)."""
         at = (r, n)
-        self.epilogue_at = (r, n, acc_text)
+        self.epilogue_at = (r, n, acc_value)
         for st in self.stores():
             shape = st.args[0].type.shape
             if len(shape) != 2:
@@ -403,10 +446,10 @@ class _Lowering:
             off = self.elem(st.args[0], self.arg_index(st.args[0], shape, at), scope)
             val = self.elem(st.args[1], self.arg_index(st.args[1], shape, at), scope)
             dtype = self.p.param(st.attrs["buffer"]).dtype
-            assign = Assign(f"{st.attrs['buffer']}[{off.c}]", self.to(val, dtype))
+            assign = Assign(Index(Var(st.attrs["buffer"]), off.e), self.to(val, dtype))
             if len(st.args) > 2:
                 mask = self.elem(st.args[2], self.arg_index(st.args[2], shape, at), scope)
-                out.append(If(mask.c, [assign]))
+                out.append(If(mask.e, [assign]))
             else:
                 out.append(assign)
         self.epilogue_at = None
@@ -414,104 +457,3 @@ class _Lowering:
     def kernel(self, body: list) -> KernelDef:
         params = [KernelParam(p.name, p.kind, p.dtype, p.output) for p in self.p.params]
         return KernelDef(self.p.name, params, body, self.helpers, self.s.threads, notes=[self.s.describe()])
-
-    def lower(self) -> KernelDef:
-        s = self.s
-        body: list = []
-        root = _Scope(body)
-        order = self.prologue(body, root)
-
-        nacc = len(order)
-        for j in range(nacc):
-            body.append(Decl("f32", f"acc{j}", None, dims=(s.BM, s.NC)))
-        init = Loop("r", "0", f"r < {s.BM}", "1", unroll=True)
-        init_scope = _Scope(init.body, root)
-        for j, c0 in enumerate(self.loop.init):
-            for c in range(s.NC):
-                n = Poly.sym("sg") * s.NC + c
-                val = self.elem(c0, (Poly.sym("r"), n), init_scope)
-                init.body.append(Assign(f"acc{j}[r][{c}]", self.to(val, "f32")))
-        body.append(init)
-
-        # for kb: for vw (words of the lane's VK positions): U positions unrolled
-        kloop = Loop("kb", "0", f"{s.BK}*kb < {self.stop.c}", "1")
-        kscope = _Scope(kloop.body, root, defines="kb")
-        words = s.VK // s.U
-        self.bounds["vw"] = words
-        vloop = Loop("vw", "0", f"vw < {words}", "1")
-        vscope = _Scope(vloop.body, kscope, defines="vw")
-
-        def k_at(u: int) -> Poly:
-            return Poly.sym("lane") * s.VK + Poly.sym("vw") * s.U + u
-
-        # The U positions go in chunks of C (a 16-byte vector of x): each chunk's
-        # weights (C x NC values) are live only while its row loop runs, which
-        # keeps the registers to BM*NC + C*NC + C per lane. Sum order per
-        # (row, column) stays k ascending.
-        for start in range(0, s.U, s.C):
-            chunk = range(start, start + s.C)
-            bvals: dict[tuple[int, int, int], Elem] = {}
-            for u in chunk:
-                for c in range(s.NC):
-                    n = Poly.sym("sg") * s.NC + c
-                    for j, d in enumerate(order):
-                        e = self.elem(d.args[1], (k_at(u), n), vscope)
-                        bvals[(j, u, c)] = self.temp(vscope, "f32", self.to(e, "f32"), e.loop_deps)
-            rloop = Loop("r", "0", f"r < {s.BM}", "1", unroll=True)
-            rscope = _Scope(rloop.body, vscope, defines="r")
-            for u in chunk:
-                for j, d in enumerate(order):
-                    e = self.elem(d.args[0], (Poly.sym("r"), k_at(u)), rscope)
-                    a = self.temp(rscope, "f32", self.to(e, "f32"), e.loop_deps)
-                    for c in range(s.NC):
-                        fma = f"@fma({a.c}, {bvals[(j, u, c)].c}, acc{j}[r][{c}])"
-                        rloop.body.append(Assign(f"acc{j}[r][{c}]", fma))
-            vloop.body.append(rloop)
-        kloop.body.append(vloop)
-        body.append(kloop)
-
-        reduce = Loop("r", "0", f"r < {s.BM}", "1", unroll=True)
-        for j in range(nacc):
-            for c in range(s.NC):
-                reduce.body.append(Assign(f"acc{j}[r][{c}]", f"@simd_sum(acc{j}[r][{c}])"))
-        body.append(reduce)
-
-        # Lane c finishes column c of every row (rows unrolled), so values
-        # that depend only on the column - a bias - are loaded once.
-        for c in range(s.NC):
-            owner = If(f"lane == {c}")
-            escope = _Scope(owner.body, root, fence=True)
-            n = Poly.sym("sg") * s.NC + c
-            for row in range(s.BM):
-                self.render_stores(
-                    owner.body, escope, Poly.const(row), n, lambda j, row=row, c=c: f"acc{j}[{row}][{c}]"
-                )
-            body.append(owner)
-        return self.kernel(body)
-
-
-def lower(
-    program: Program,
-    schedule: Schedule,
-    divisors: dict[str, int] | None = None,
-    vector_buffers: frozenset[str] = frozenset(),
-    spec=None,
-) -> KernelDef:
-    """The thread-level kernel of `program` (meta-parameters bound) under `schedule`.
-
-    `divisors` states known divisibility of scalar parameters (K by the group
-    size); `vector_buffers` names the buffers whose loads may be widened to 16
-    bytes where the offset is provably aligned."""
-    if schedule.kind == "simd_splitk":
-        return _Lowering(program, schedule, divisors or {}, vector_buffers).lower()
-    if schedule.kind == "tiled":
-        from .lower_tiled import TiledLowering
-
-        return TiledLowering(program, schedule, divisors or {}, vector_buffers).lower()
-    if schedule.kind == "mma":
-        from .lower_mma import lower_mma
-
-        if spec is None:
-            raise LowerError("the mma schedule needs the projection spec")
-        return lower_mma(program, schedule, divisors or {}, vector_buffers, spec)
-    raise LowerError(f"unknown schedule {schedule.kind!r}")

@@ -24,19 +24,21 @@ bias element is loaded once per threadgroup, i.e. once per BM rows.
 
 from __future__ import annotations
 
-from ..codegen.ast import Assign, Barrier, Comment, Decl, If, KernelDef, Loop
-from .lower import LowerError, _Lowering, _Scope
+from ..codegen.ast import Assign, Barrier, Call, Comment, Const, Decl, If, IntPoly, KernelDef, Loop, Paren, Var, chain
+from .base import LowerError, Lowering, Scope
 from .poly import Poly
 
 LEAVES = 32  # the SIMD-group width whose sum order is reproduced
 LEVELS = 5  # log2(LEAVES)
 
 
-def _bit_reverse5(var: str) -> str:
-    return f"((({var} & 1) << 4) | (({var} & 2) << 2) | ({var} & 4) | (({var} & 8) >> 2) | (({var} & 16) >> 4))"
+def _bit_reverse5(var: str):
+    v = Var(var)
+    parts = [Paren(Paren(v & 1) << 4), Paren(Paren(v & 2) << 2), Paren(v & 4), Paren(Paren(v & 8) >> 2)]
+    return Paren(chain("|", [*parts, Paren(Paren(v & 16) >> 4)]))
 
 
-class TiledLowering(_Lowering):
+class TiledLowering(Lowering):
     def lower(self) -> KernelDef:
         s = self.s
         T, S, VK = s.threads, s.S, s.VK
@@ -45,17 +47,18 @@ class TiledLowering(_Lowering):
         if row_threads * s.TM != s.BM or VK % S or T % S or (s.BM * S) % T or s.BN > T:
             raise LowerError(f"{self.p.name}: inconsistent tiled schedule ({s.describe()})")
         body: list = []
-        root = _Scope(body)
+        root = Scope(body)
         order = self.prologue(body, root)
         nacc = len(order)
 
-        body.append(Decl("int", "tid", "@tid()", const=True))
-        body.append(Decl("int", "tr", f"tid / {col_threads}", const=True))
-        body.append(Decl("int", "tc", f"tid % {col_threads}", const=True))
+        tid = Var("tid")
+        body.append(Decl("int", "tid", Call("tid"), const=True))
+        body.append(Decl("int", "tr", tid / col_threads, const=True))
+        body.append(Decl("int", "tc", tid % col_threads, const=True))
         self.bounds.update(tr=row_threads, tc=col_threads, leaf=LEAVES, vs=VK // S)
         # x is staged one position per thread: position sv of row srow
-        body.append(Decl("int", "sv", f"tid % {S}", const=True))
-        body.append(Decl("int", "srow", f"tid / {S}", const=True))
+        body.append(Decl("int", "sv", tid % S, const=True))
+        body.append(Decl("int", "srow", tid / S, const=True))
         self.bounds.update(sv=S, srow=T // S)
 
         # threadgroup tiles, padded by one column against bank conflicts
@@ -74,19 +77,19 @@ class TiledLowering(_Lowering):
         def out_at(i: int, jj: int) -> tuple[Poly, Poly]:
             return Poly.sym("tr") + row_threads * i, Poly.sym("tc") + col_threads * jj
 
-        leaves = Loop("li", "0", f"li < {LEAVES}", "1")
+        leaves = Loop("li", Const(0), Var("li").lt(LEAVES), Const(1))
         leaves.body.append(Decl("int", "leaf", _bit_reverse5("li"), const=True))
-        lscope = _Scope(leaves.body, root, defines="leaf")
+        lscope = Scope(leaves.body, root, defines="leaf")
         for j, c0 in enumerate(self.loop.init):
             for i in range(s.TM):
                 for jj in range(s.TN):
                     val = self.elem(c0, out_at(i, jj), lscope)
-                    leaves.body.append(Assign(f"p{j}[{i}][{jj}]", self.to(val, "f32")))
+                    leaves.body.append(Assign(Var(f"p{j}").at(i, jj), self.to(val, "f32")))
 
-        kloop = Loop("kb", "0", f"{s.BK}*kb < {self.stop.c}", "1")
-        kscope = _Scope(kloop.body, lscope, defines="kb")
-        vsloop = Loop("vs", "0", f"vs < {VK // S}", "1")
-        vscope = _Scope(vsloop.body, kscope, defines="vs")
+        kloop = Loop("kb", Const(0), IntPoly((Poly.sym("kb") * s.BK).terms).lt(self.stop.e), Const(1))
+        kscope = Scope(kloop.body, lscope, defines="kb")
+        vsloop = Loop("vs", Const(0), Var("vs").lt(VK // S), Const(1))
+        vscope = Scope(vsloop.body, kscope, defines="vs")
         k_local = Poly.sym("leaf") * VK + Poly.sym("vs") * S + Poly.sym("sv")
 
         vsloop.body.append(Comment("stage x and the dequantised weights for S k positions"))
@@ -95,33 +98,34 @@ class TiledLowering(_Lowering):
             a = next(d.args[0] for d in order if d.args[0].id == xid)
             for i in range(s.BM * S // T):
                 e = self.elem(a, (Poly.sym("srow") + step * i, k_local), vscope)
-                vsloop.body.append(Assign(f"{name}[srow + {step * i}][sv]", self.to(e, "f32")))
+                vsloop.body.append(Assign(Var(name).at(Var("srow") + step * i, "sv"), self.to(e, "f32")))
         # One thread per column stages its S weight positions, so each packed
         # word, scale and bias is loaded once per tile (16-byte loads where aligned).
         # What does not change with vs (a group's scale and bias) is loaded in
         # an `if` before the vs loop, into variables declared ahead of it.
         self.bounds["tid"] = T
         pre_decls: list = []
-        pre = If(f"tid < {s.BN}")
-        pre_scope = _Scope(pre.body, kscope, fence=True, declare_in=pre_decls)
+        pre = If(tid.lt(s.BN))
+        pre_scope = Scope(pre.body, kscope, fence=True, declare_in=pre_decls)
         for j, d in enumerate(order):
-            guard = If(f"tid < {s.BN}")
-            scope = _Scope(guard.body, pre_scope, defines="vs")
+            guard = If(tid.lt(s.BN))
+            scope = Scope(guard.body, pre_scope, defines="vs")
             for u in range(S):
                 k = Poly.sym("leaf") * VK + Poly.sym("vs") * S + u
                 e = self.elem(d.args[1], (k, Poly.sym("tid")), scope)
-                guard.body.append(Assign(f"ws{j}[tid][{u}]", self.to(e, "f32")))
+                guard.body.append(Assign(Var(f"ws{j}").at(tid, u), self.to(e, "f32")))
             vsloop.body.append(guard)
         vsloop.body.append(Barrier())
 
-        vloop = Loop("v", "0", f"v < {S}", "1", unroll=True)
+        vloop = Loop("v", Const(0), Var("v").lt(S), Const(1), unroll=True)
         for j, d in enumerate(order):
             xname = x_tiles[d.args[0].id]
             for i in range(s.TM):
-                a = f"{xname}[tr + {row_threads * i}][v]"
+                a = Var(xname).at(Var("tr") + row_threads * i, "v")
                 for jj in range(s.TN):
-                    b = f"ws{j}[tc + {col_threads * jj}][v]"
-                    vloop.body.append(Assign(f"p{j}[{i}][{jj}]", f"@fma({a}, {b}, p{j}[{i}][{jj}])"))
+                    b = Var(f"ws{j}").at(Var("tc") + col_threads * jj, "v")
+                    p = Var(f"p{j}").at(i, jj)
+                    vloop.body.append(Assign(p, Call("fma", (a, b, p))))
         vsloop.body.append(vloop)
         vsloop.body.append(Barrier())
         kloop.body += pre_decls + ([pre] if pre.body else []) + [vsloop]
@@ -132,7 +136,7 @@ class TiledLowering(_Lowering):
         for i in range(s.TM):
             for jj in range(s.TN):
                 r, n = out_at(i, jj)
-                self.render_stores(body, root, r, n, lambda j, i=i, jj=jj: f"p{j}[{i}][{jj}]")
+                self.render_stores(body, root, r, n, lambda j, i=i, jj=jj: Var(f"p{j}").at(i, jj))
         return self.kernel(body)
 
     def fold(self, nacc: int) -> list:
@@ -143,8 +147,11 @@ class TiledLowering(_Lowering):
             if k == LEVELS:
                 return []
             cells = [(j, i, jj) for j in range(nacc) for i in range(self.s.TM) for jj in range(self.s.TN)]
-            merge = [Assign(f"p{j}[{i}][{jj}]", f"(s{j}_{k}[{i}][{jj}] + p{j}[{i}][{jj}])") for j, i, jj in cells]
-            keep = [Assign(f"s{j}_{k}[{i}][{jj}]", f"p{j}[{i}][{jj}]") for j, i, jj in cells]
-            return [If(f"(li & {1 << k}) != 0", merge + level(k + 1)), If(f"(li & {1 << k}) == 0", keep)]
+            p = {(j, i, jj): Var(f"p{j}").at(i, jj) for j, i, jj in cells}
+            stack = {(j, i, jj): Var(f"s{j}_{k}").at(i, jj) for j, i, jj in cells}
+            merge = [Assign(p[c], Paren(stack[c] + p[c])) for c in cells]
+            keep = [Assign(stack[c], p[c]) for c in cells]
+            bit = Paren(Var("li") & (1 << k))
+            return [If(bit.ne(0), merge + level(k + 1)), If(bit.eq(0), keep)]
 
         return level(0)

@@ -1,0 +1,50 @@
+"""Sizes the tensor-core schedules are built from: chunks, ring rows and slots. Shared by the
+rules that size a Schedule and the lowerings that lay out its memory, so both count alike."""
+
+from __future__ import annotations
+
+from ..spec import ProjectionSpec
+
+TILE = 16  # output columns per m16 tile of mma.sync m16n8k16
+
+
+def chunk_k(spec: ProjectionSpec, wide: bool = False) -> int:
+    """k per chunk: the quantization group (one scale per column), two groups when `wide`, or
+    32 for dense weights."""
+    w = spec.weights[0]
+    if not w.quantized:
+        return 32
+    return 2 * w.group_size if wide else w.group_size
+
+
+def chunk_bytes(spec: ProjectionSpec, wide: bool = False) -> int:
+    """Bytes of one column per chunk (chunk_k of a quantized weight, or of a 2-byte dense one)."""
+    w = spec.weights[0]
+    return chunk_k(spec, wide) * (w.bits if w.quantized else 16) // 8
+
+
+def scale_bytes_of(spec: ProjectionSpec) -> int:
+    """Bytes of one column's scales (and again of its biases) per chunk; dense: none."""
+    w = spec.weights[0]
+    return 0 if not w.quantized else 4 if w.dtype == "f32" else 2
+
+
+def lane_load_bytes(spec: ProjectionSpec, sector: bool, wide: bool = False) -> int:
+    """Bytes a lane reads from a ring row in one shared load of its weight words: 16 dense; else
+    its words of a chunk, at most 4, or one x slice's with the sector layout."""
+    w = spec.weights[0]
+    if not w.quantized:
+        return 16
+    if sector:
+        return w.bits // 4 * 4
+    return min(chunk_k(spec, wide) // 4 * w.bits // 32, 4) * 4
+
+
+def ring_rows(spec: ProjectionSpec, tiles: int = 1) -> int:
+    """Rows of a stage: 16 columns per tile and accumulator, ordered (accumulator, tile, column)."""
+    return TILE * tiles * (2 if spec.epilogue == "swiglu" else 1)
+
+
+def slot_bytes(spec: ProjectionSpec, tiles: int, groups: int, row_pad: int) -> int:
+    """One stage of one warp: the weight rows (padded), then scales, then biases."""
+    return ring_rows(spec, tiles) * (groups * chunk_bytes(spec) + row_pad + 2 * groups * scale_bytes_of(spec))

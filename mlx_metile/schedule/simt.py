@@ -1,0 +1,62 @@
+"""The SIMT schedules: `simd_splitk` (1..32 rows, every target) and `tiled` (more than 32 rows).
+
+VK, the k a lane owns per step, is fixed per weight format and the same on every target (it is
+part of a row's sum order); the columns per SIMD group follow a register budget.
+"""
+
+from __future__ import annotations
+
+from ..settings import Settings
+from ..spec import ProjectionSpec
+from .buckets import MAX_ROWS_PER_PROGRAM, TILED_BUCKET, row_bucket
+from .schedule import Schedule
+from .tables import cuda_tables
+
+# f32 values one lane keeps live in the inner loop (accumulators and weights); a GPU thread
+# has about 128 32-bit registers before it spills.
+REGISTER_BUDGET = 96
+MAX_COLUMNS = 8  # columns per SIMD group: more amortise the x loads over more weights
+METAL_SIMD_GROUPS = 2
+
+
+def values_per_16_bytes(bits: int, dtype: str) -> int:
+    if bits:
+        return 128 // bits
+    return 4 if dtype == "f32" else 8
+
+
+def k_per_lane(spec: ProjectionSpec) -> int:
+    """Consecutive k per lane: a whole quantization group for quantized weights (so one lane
+    loads each scale and bias), and at least 16 bytes of every weight (one vector load). One
+    value for all weights of a fused call, so they share the x loads."""
+    vk = 1
+    for w in spec.weights:
+        vk = max(vk, values_per_16_bytes(w.bits, w.dtype), w.group_size if w.bits else 1)
+    return vk
+
+
+def cuda_tuning(rows_bucket: int, cfg: Settings) -> tuple[int, int, int]:
+    """(warps per block, register budget, max columns per warp) of the CUDA SIMT kernels: the
+    tuned table's by row bucket, overridden by MLX_METILE_CUDA_TUNE."""
+    t = cuda_tables()
+    values = dict(t.simt_small if rows_bucket <= t.simt_small_rows else t.simt_large)
+    values.update(cfg.cuda_tune)
+    return values["sg"], values["budget"], values["nc"]
+
+
+def simt_schedule(spec: ProjectionSpec, rows_bucket: int, language: str, cfg: Settings) -> Schedule:
+    vk = k_per_lane(spec)
+    if rows_bucket > MAX_ROWS_PER_PROGRAM:
+        # 256 threads as 16 x 16, each 4 rows x 2 columns of a 64 x 32 tile
+        return Schedule("tiled", BM=TILED_BUCKET, NC=4, SG=8, VK=vk, U=1, C=1, TM=4, TN=2, S=min(vk, 32))
+    bm = row_bucket(rows_bucket)
+    # unroll one 16-byte vector of the widest-packed weight at a time ...
+    u = min(vk, max(values_per_16_bytes(w.bits, w.dtype) for w in spec.weights))
+    # ... in chunks of one 16-byte vector of x
+    c = min(u, values_per_16_bytes(0, spec.act_dtype))
+    sg, budget, max_nc = METAL_SIMD_GROUPS, REGISTER_BUDGET, MAX_COLUMNS
+    if language == "cuda":
+        sg, budget, max_nc = cuda_tuning(bm, cfg)
+    # registers per lane: accumulators BM*NC*acc, live weights C*NC*acc, x C
+    nc = max(1, min(max_nc, budget // ((bm + c) * spec.accumulators)))
+    return Schedule("simd_splitk", BM=bm, NC=nc, SG=sg, VK=vk, U=u, C=c)
