@@ -27,9 +27,10 @@ import mlx.core as mx
 from . import settings
 from .gradients import differentiable
 from .reference import fused_reference
-from .runtime import compile_projection, emulation_enabled, emulator_object
-from .runtime import cuda as cuda_runtime
-from .runtime.cuda_device import build_target
+from .backends import cuda_compile as cuda_runtime
+from .backends.cuda_device import build_target
+from .backends.emulated import emulator_object
+from .pipeline import compile_projection
 from .schedule import Shape, choose, fuses_norm, row_bucket
 from .spec import EPILOGUE_CODES, EPILOGUES, ProjectionSpec, WeightFormat
 from .targets import CPU
@@ -191,7 +192,7 @@ def _stream(stream: StreamLike) -> mx.Stream:
 
 def _backend(stream: mx.Stream) -> str:
     if stream.device.type == mx.DeviceType.cpu:
-        return "emulator" if emulation_enabled() else "cpu"
+        return "emulator" if settings.current().emulate else "cpu"
     return _gpu_backend()
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..emu.toolchain import cache_root
 from ..settings import current
-from .artifact import Artifact
+from ..artifact import Artifact
 from .cuda_device import cuda_arch
 from .nvrtc import NvrtcError, compile_cuda, find_nvrtc
 

@@ -7,8 +7,8 @@ import hashlib
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..codegen.ast import KernelParam
-from ..schedule import Schedule
+from .codegen.ast import KernelParam
+from .schedule import Schedule
 
 
 @dataclass(frozen=True, eq=False)

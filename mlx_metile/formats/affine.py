@@ -1,0 +1,148 @@
+"""MLX's affine quantization: uint32 words packing `bits`-bit values least-significant first,
+with scales and biases per `group_size` columns; element (n, k) is scale * q + bias."""
+
+from __future__ import annotations
+
+import weakref
+
+import mlx.core as mx
+import numpy as np
+
+from ..ir.builder import Builder, T
+from .dtypes import DTYPES, float_dtype, require_array
+from .format import WeightFormat
+
+MODE = "affine"
+SUPPORTED_BITS = (4, 8)
+SUPPORTED_GROUP_SIZES = (32, 64, 128)
+
+_VALIDATED: dict[tuple, tuple] = {}  # (ids, settings) -> weak references to the arrays validated, signature
+_VALIDATED_LIMIT = 4096
+
+
+class QuantizedWeight:
+    """A weight in MLX's affine quantized format, used as stored (no repacking):
+    `w` uint32 [N, K*bits/32] packed least-significant bits first, `scales` and
+    `biases` [N, K/group_size]; element (n, k) is scales*q + biases."""
+
+    def __init__(self, w: mx.array, scales: mx.array, biases: mx.array, group_size: int = 64, bits: int = 4):
+        # Arrays never change shape or dtype, so the same three arrays (the same
+        # objects, checked through weak references: an id alone may be reused)
+        # with the same settings need validating once - this runs on every eager call.
+        key = (id(w), id(scales), id(biases), group_size, bits)
+        entry = _VALIDATED.get(key)
+        if entry is None or entry[0]() is not w or entry[1]() is not scales or entry[2]() is not biases:
+            self._validate(w, scales, biases, group_size, bits)
+            if len(_VALIDATED) >= _VALIDATED_LIMIT:
+                _VALIDATED.clear()
+            q = (w, scales, biases)
+            signature = (group_size, bits, *(a.shape for a in q), *(a.dtype for a in q))
+            entry = _VALIDATED[key] = (weakref.ref(w), weakref.ref(scales), weakref.ref(biases), signature)
+        # immutable, so that what calls with it are planned by stays true of it:
+        # set through its __dict__ (signature: its format and shapes)
+        self.__dict__.update(w=w, scales=scales, biases=biases, group_size=group_size, bits=bits, signature=entry[3])
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"QuantizedWeight is immutable: make a new one rather than set {name!r}")
+
+    @staticmethod
+    def _validate(w, scales, biases, group_size: int, bits: int) -> None:
+        w = require_array(w, "w")
+        scales = require_array(scales, "scales")
+        biases = require_array(biases, "biases")
+        if bits not in SUPPORTED_BITS:
+            raise ValueError(f"bits: {bits} is not supported; use one of {SUPPORTED_BITS}")
+        if group_size not in SUPPORTED_GROUP_SIZES:
+            raise ValueError(f"group_size: {group_size} is not supported; use one of {SUPPORTED_GROUP_SIZES}")
+        if w.dtype != mx.uint32 or w.ndim != 2:
+            raise ValueError(f"w: expected a 2-D uint32 array of packed values, got {w.dtype} with shape {w.shape}")
+        n, words = w.shape
+        k = words * 32 // bits
+        if k % group_size:
+            raise ValueError(
+                f"group_size: K={k} (from w's {words} words per row at bits={bits}) is not a multiple of {group_size}"
+            )
+        expect = (n, k // group_size)
+        for name, a in (("scales", scales), ("biases", biases)):
+            if tuple(a.shape) != expect:
+                raise ValueError(
+                    f"{name}: expected shape {expect} for N={n}, K={k}, group_size={group_size}, got {a.shape}"
+                )
+            float_dtype(a, name)
+        if scales.dtype != biases.dtype:
+            raise ValueError(f"biases: dtype {biases.dtype} differs from scales' {scales.dtype}")
+
+    @property
+    def mode(self) -> str:
+        return MODE
+
+    @property
+    def N(self) -> int:
+        return self.w.shape[0]
+
+    @property
+    def K(self) -> int:
+        return self.w.shape[1] * 32 // self.bits
+
+    @classmethod
+    def from_quantized_linear(cls, layer, arrays=None) -> QuantizedWeight:
+        """From an `mlx.nn.QuantizedLinear` (affine mode); its weight, scales and biases read from
+        `arrays` (a module holding them under the same names) where given."""
+        mode = getattr(layer, "mode", "affine")
+        if mode != "affine":
+            raise ValueError(f"layer: quantization mode {mode!r} is not supported; only 'affine'")
+        src = layer if arrays is None else arrays
+        return cls(src["weight"], src["scales"], src["biases"], layer.group_size, layer.bits)
+
+    def __repr__(self) -> str:
+        return f"QuantizedWeight(N={self.N}, K={self.K}, bits={self.bits}, group_size={self.group_size})"
+
+
+def scale_dtype(w: QuantizedWeight) -> str:
+    return DTYPES[w.scales.dtype]
+
+
+def declare(b: Builder, i: int, wf: WeightFormat) -> None:
+    b.buffer(f"w{i}", "u32")
+    b.buffer(f"scales{i}", wf.dtype)
+    b.buffer(f"biases{i}", wf.dtype)
+
+
+def tile(b: Builder, i: int, wf: WeightFormat, local_cols: T, col_ok: T, ks: T, k_ok: T, K: T) -> T:
+    """Element (n, k) of weight i as f32 - scale * q + bias - zero where masked: a [BN, BK] tile."""
+    mask = col_ok[:, None] & k_ok[None, :]
+    per_word = 32 // wf.bits
+    words_per_row = K * wf.bits // 32
+    word = b.load(f"w{i}", local_cols[:, None] * words_per_row + (ks // per_word)[None, :], mask)
+    shift = ((ks % per_word) * wf.bits)[None, :]
+    q = ((word >> shift) & ((1 << wf.bits) - 1)).to("f32")
+    groups = K // wf.group_size
+    g_off = local_cols[:, None] * groups + (ks // wf.group_size)[None, :]
+    scale = b.load(f"scales{i}", g_off, mask).to("f32")
+    bias = b.load(f"biases{i}", g_off, mask).to("f32")
+    return q * scale + bias
+
+
+def inputs(w: QuantizedWeight) -> list[mx.array]:
+    return [w.w, w.scales, w.biases]
+
+
+def product(x: mx.array, w: QuantizedWeight) -> mx.array:
+    """The stock MLX product of x with the quantized weight (transposed)."""
+    return mx.quantized_matmul(x, w.w, w.scales, w.biases, transpose=True, group_size=w.group_size, bits=w.bits)
+
+
+def dequantize_exact(w: mx.array, scales: mx.array, biases: mx.array, group_size: int, bits: int) -> np.ndarray:
+    """Affine-quantized weights as float64: scales * q + biases, without rounding."""
+    words = np.array(w).astype(np.uint64)
+    per_word = 32 // bits
+    shifts = (np.arange(per_word, dtype=np.uint64) * bits)[None, None, :]
+    q = ((words[:, :, None] >> shifts) & ((1 << bits) - 1)).reshape(words.shape[0], -1).astype(np.float64)
+    s = np.repeat(np.array(scales.astype(mx.float32), np.float64), group_size, axis=1)
+    b = np.repeat(np.array(biases.astype(mx.float32), np.float64), group_size, axis=1)
+    return s * q + b
+
+
+def reference(w: QuantizedWeight) -> np.ndarray:
+    """The weight as float64, exactly."""
+    return dequantize_exact(w.w, w.scales, w.biases, w.group_size, w.bits)

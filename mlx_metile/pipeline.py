@@ -1,0 +1,42 @@
+"""The compiler pipeline: spec + Schedule -> tile program -> thread-level AST -> source -> Artifact.
+
+Each stage is a plain function of the last one's value; the whole is cached per (spec, schedule,
+target language), the Schedule holding every choice (mlx_metile.schedule.choose makes it) and the
+target's limits. MLX_METILE_DEBUG=ir,schedule,msl,cuda prints the stages to stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import lru_cache
+
+from .artifact import Artifact
+from .codegen import RENDERERS
+from .ir import bind_meta, format_program, verify
+from .kernels import projection_program
+from .lower import lower
+from .schedule import Schedule
+from .settings import current
+from .spec import ProjectionSpec
+
+
+def dump(stage: str, title: str, text: str) -> None:
+    if current().debugging(stage):
+        print(f"=== mlx_metile {stage}: {title} ===\n{text}", file=sys.stderr)
+
+
+@lru_cache(maxsize=512)
+def compile_projection(spec: ProjectionSpec, schedule: Schedule, target: str = "msl") -> Artifact:
+    """The kernel of `spec` under `schedule` in `target`'s language ("msl", "cuda")."""
+    if target not in RENDERERS:
+        raise ValueError(f"unknown target {target!r}; known: {sorted(RENDERERS)}")
+    program = projection_program(spec)
+    bound = bind_meta(program, schedule.meta())
+    verify(bound)
+    dump("ir", spec.name(), format_program(bound))
+    dump("schedule", spec.name(), schedule.describe())
+    kernel = lower(bound, schedule, spec)
+    kernel.name = f"{spec.name()}_m{schedule.BM}"
+    source = RENDERERS[target]().render(kernel)
+    dump(target, kernel.name, source)
+    return Artifact(target, source, kernel.name, schedule, tuple(kernel.params), kernel.dynamic_shared)
