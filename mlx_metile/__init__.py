@@ -1,8 +1,9 @@
 """mlx-metile: fused, row-reusing projection kernels for MLX from a small tile compiler."""
 
 from . import nn
+from .formats import QuantizedWeight
 from .integrations import PatchReport, patch
-from .ops import QuantizedWeight, fused_linear, linear, quantized_linear
+from .ops import fused_linear, linear, quantized_linear
 from .projection import Projection
 from .trace import Trace, TraceRecord, trace
 

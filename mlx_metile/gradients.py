@@ -1,16 +1,12 @@
-"""Gradients for kernels launched without the C++ primitive (the CUDA path):
-an `mx.custom_function` whose forward is the kernel and whose vjp is that of
-the stock MLX composition of the same projection - the rule the C++ primitive
-(`TileKernel::vjp`) follows on the CPU and Metal paths.
+"""Transforms of the kernels: an `mx.custom_function` whose forward is the kernel and whose vjp
+and jvp are those of the stock MLX composition of the same projection (`reference.py`, the one
+reference of the numerics). The CPU, emulator and Metal paths always go through it; the CUDA
+path where MLX_METILE_CUDA_GRADIENTS is on (the wrapper adds host time to every eager call).
 
-Forward mode (`mx.jvp`) is not provided: MLX 0.32.4 differentiates a custom
-function's forward graph in jvp, and its precompiled-CUDA-kernel op has no jvp.
-
-The kernel's inputs arrive flat (x, then per weight its arrays and bias, then
-the residual); the caller's `reference` rebuilds the composition from them
-(`ops._reference_of_flat`), so gradients flow to x, dense weights, biases,
-residual, and quantization scales and biases. Packed uint32 weights get zero
-cotangents (they are integers).
+The kernel's inputs arrive flat (x, then per weight its arrays and bias, then the residual); the
+caller's `reference` rebuilds the composition from them, so gradients flow to x, dense weights,
+biases, residual, and quantization scales and biases. Packed uint32 weights get zero cotangents
+(they are integers).
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ def differentiable(
     reference: Callable[[list[mx.array]], list[mx.array]],
     inputs: Sequence[mx.array],
 ) -> list[mx.array]:
-    """forward(inputs), differentiated (reverse mode) as reference(inputs) is."""
+    """forward(inputs), differentiated (reverse and forward mode) as reference(inputs) is."""
     floats = [i for i, a in enumerate(inputs) if a.dtype in FLOATS]
 
     def on_floats(primals: Sequence[mx.array]):
@@ -52,6 +48,14 @@ def differentiable(
         for i, g in zip(floats, grads):
             full[i] = g
         return tuple(full)
+
+    @op.jvp
+    def op_jvp(primals, tangents):
+        fn, sub = on_floats(primals)
+        # (inputs that are not differentiated have no tangent: zeros)
+        tans = [mx.zeros_like(primals[i]) if tangents[i] is None else tangents[i] for i in floats]
+        _, out = mx.jvp(fn, sub, tans)
+        return out
 
     outs = op(*inputs)
     return list(outs) if isinstance(outs, (list, tuple)) else [outs]

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import mlx.core as mx
 import mlx.nn as mlx_nn
 
-from .ops import QuantizedWeight, Weight, fused_linear, linear, quantized_linear
+from .formats import QuantizedWeight, Weight
+from .ops import fused_linear, linear, quantized_linear
 
 
 class Linear(mlx_nn.Module):

@@ -3,7 +3,7 @@
 Its point is an eager call's host time on MLX's CUDA backend, where decoding one
 token of a quantized 8B model builds ~130 projections and the GPU finishes them
 sooner than Python builds them: after a call of some shape has been checked and
-planned (ops._project), a call of the same shapes launches that plan at once -
+planned (mlx_metile.dispatch), a call of the same shapes launches that plan at once -
 checked are only x's (and the residual's) shape and dtype, the default device,
 the settings read per call and clear_kernel_caches(); the weights' arrays were
 gathered when the Projection was made. Every other call (another backend, an
@@ -16,8 +16,12 @@ from collections.abc import Sequence
 
 import mlx.core as mx
 
-from . import ops
-from .ops import Weight
+from . import dispatch, settings
+from .backends.cuda_launch import CudaPlan
+from .call import Norm, check_bias_count, weight_lists
+from .dispatch import StreamLike
+from .formats import Weight
+from .ops import project
 from .trace import tracing
 
 _PLANS_PER_PROJECTION = 64  # distinct call shapes kept (decode, verify and a few prompt lengths)
@@ -34,17 +38,17 @@ class Projection:
         *,
         biases: Sequence[mx.array | None] | None = None,
         epilogue: str | None = None,
-        norm: ops.Norm | None = None,
+        norm: Norm | None = None,
     ):
-        self.weights, self.biases = ops.weight_lists(weights, biases)
-        ops.check_bias_count(self.weights, self.biases)
+        self.weights, self.biases = weight_lists(weights, biases)
+        check_bias_count(self.weights, self.biases)
         self.epilogue = epilogue
         self.norm = None if norm is None else (norm[0], float(norm[1]))  # an RMSNorm of x first
         self._single = epilogue == "swiglu" or len(self.weights) == 1
         self._arrays: list[mx.array] | None = None  # the weights' kernel inputs, once a plan needs them
-        self._plans: dict[tuple, ops._CudaPlan] = {}
+        self._plans: dict[tuple, CudaPlan] = {}
 
-    def __call__(self, x: mx.array, residual: mx.array | None = None, *, stream: ops.StreamLike = None):
+    def __call__(self, x: mx.array, residual: mx.array | None = None, *, stream: StreamLike = None):
         if stream is None and type(x) is mx.array and (residual is None or type(residual) is mx.array):
             key = self._key(x, residual)
             plan = self._plans.get(key)
@@ -53,14 +57,14 @@ class Projection:
                 return outs[0] if self._single else outs
         else:
             key = None
-        outs = ops._project("fused_linear", x, self.weights, self.biases, self.epilogue, residual, stream, self.norm)
-        if key is not None and ops._PLANS:  # (only the CUDA path makes plans)
-            plan = ops.planned("fused_linear", x, self.weights, self.biases, self.epilogue, residual, self.norm)
+        outs = project("fused_linear", x, self.weights, self.biases, self.epilogue, residual, stream, self.norm)
+        if key is not None and dispatch.has_plans():  # (only the CUDA path makes plans)
+            plan = dispatch.planned("fused_linear", x, self.weights, self.biases, self.epilogue, residual, self.norm)
             if plan is not None:
                 if len(self._plans) >= _PLANS_PER_PROJECTION:
                     self._plans.clear()
                 if self._arrays is None:
-                    self._arrays = ops.norm_inputs(self.norm) + ops.weight_inputs(self.weights, self.biases)
+                    self._arrays = dispatch.norm_inputs(self.norm) + dispatch.weight_inputs(self.weights, self.biases)
                 self._plans[key] = plan
         return outs[0] if self._single else outs
 
@@ -71,8 +75,8 @@ class Projection:
             x.dtype,
             None if residual is None else (residual.shape, residual.dtype),
             mx.default_device().type,
-            ops._per_call_settings(),
-            ops.plans_generation(),
+            settings.generation(),
+            dispatch.plans_generation(),
         )
 
     def __repr__(self) -> str:

@@ -6,7 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import mlx.core as mx
-import numpy as np
+
+from . import formats
+from .formats import dequantize_exact
+
+__all__ = ["EPILOGUE_FNS", "dequantize_exact", "fused_reference", "project"]
 
 
 def _silu(v: mx.array) -> mx.array:
@@ -25,12 +29,8 @@ EPILOGUE_FNS = {"silu": _silu, "gelu": _gelu, "gelu_approx": _gelu_approx}
 
 
 def project(x: mx.array, weight) -> mx.array:
-    """x @ W.T for a dense array or a QuantizedWeight."""
-    if isinstance(weight, mx.array):
-        return x @ weight.T
-    return mx.quantized_matmul(
-        x, weight.w, weight.scales, weight.biases, transpose=True, group_size=weight.group_size, bits=weight.bits
-    )
+    """x @ W.T for a weight of any format, as stock MLX computes it."""
+    return formats.product(x, weight)
 
 
 def fused_reference(
@@ -54,14 +54,3 @@ def fused_reference(
     if residual is not None:
         outs = [outs[0] + residual]
     return outs
-
-
-def dequantize_exact(w: mx.array, scales: mx.array, biases: mx.array, group_size: int, bits: int) -> np.ndarray:
-    """MLX affine-quantized weights as float64: scales * q + biases, without rounding."""
-    words = np.array(w).astype(np.uint64)
-    per_word = 32 // bits
-    shifts = (np.arange(per_word, dtype=np.uint64) * bits)[None, None, :]
-    q = ((words[:, :, None] >> shifts) & ((1 << bits) - 1)).reshape(words.shape[0], -1).astype(np.float64)
-    s = np.repeat(np.array(scales.astype(mx.float32), np.float64), group_size, axis=1)
-    b = np.repeat(np.array(biases.astype(mx.float32), np.float64), group_size, axis=1)
-    return s * q + b

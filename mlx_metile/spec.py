@@ -6,25 +6,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from .formats.format import WeightFormat
+
 EPILOGUES = (None, "swiglu", "gelu", "gelu_approx", "silu")
 EPILOGUE_CODES = {None: 0, "swiglu": 1, "gelu": 2, "gelu_approx": 3, "silu": 4}
-
-
-@dataclass(frozen=True)
-class WeightFormat:
-    """One weight as MLX stores it: dense [N, K] of `dtype`, or affine
-    quantized (uint32-packed `bits`-bit values, scales/biases of `dtype` per
-    `group_size` columns)."""
-
-    dtype: str  # element dtype (dense) or scales/biases dtype (quantized)
-    bits: int = 0  # 0 = dense
-    group_size: int = 0
-    has_bias: bool = False
-    bias_dtype: str = "f32"
-
-    @property
-    def quantized(self) -> bool:
-        return self.bits != 0
 
 
 @dataclass(frozen=True)
@@ -35,7 +20,7 @@ class ProjectionSpec:
     has_residual: bool = False
     k_multiple: int = 1  # a power of two known to divide K (lets K-rows be loaded 16 bytes at a time)
     # RMSNorm of x before the product: x * g / sqrt(mean(x^2) + norm_eps), g a `norm` buffer of
-    # K act_dtype values (CUDA tensor-core kernels only; see lower_mma.MMALowering.norm)
+    # K act_dtype values (CUDA tensor-core kernels only; see lower/mma.py)
     norm_eps: float | None = None
 
     @property
@@ -66,11 +51,7 @@ class ProjectionSpec:
         return frozenset(["x"] + [f"w{i}" for i in range(len(self.weights))])
 
     def name(self) -> str:
-        parts = []
-        for w in self.weights:
-            parts.append(f"q{w.bits}g{w.group_size}{w.dtype}" if w.quantized else w.dtype)
-            if w.has_bias:
-                parts[-1] += "b"
+        parts = [w.name() for w in self.weights]
         tail = f"_{self.epilogue}" if self.epilogue else ""
         tail += "_res" if self.has_residual else ""
         tail += f"_k{self.k_multiple}" if self.k_multiple > 1 else ""

@@ -104,5 +104,8 @@ NB_MODULE(_ext, m) {
         return nb::make_tuple(s.allocated, s.reused, s.cached_bytes, s.freed);
       },
       "(allocated, reused, cached_bytes, freed) of the CUDA primitive's output pool (internal; for tests).");
+  m.def(
+      "cuda_set_output_pool_limit", [](size_t mb) { mt::set_output_pool_limit(mb << 20); },
+      "MB of released output buffers the CUDA primitive's pool keeps (the settings pass MLX_METILE_CUDA_POOL_MB).");
 #endif
 }

@@ -18,3 +18,32 @@ def rng():
     import numpy as np
 
     return np.random.default_rng(0)
+
+
+class Env:
+    """Settings for one test: `env.set(NAME, value)` changes the environment and re-parses the
+    settings (mlx_metile.settings reads them once); everything is undone after the test."""
+
+    def __init__(self, monkeypatch):
+        self._mp = monkeypatch
+
+    def set(self, name: str, value: str) -> None:
+        from mlx_metile import settings
+
+        self._mp.setenv(name, value)
+        settings.reload()
+
+    def unset(self, name: str) -> None:
+        from mlx_metile import settings
+
+        self._mp.delenv(name, raising=False)
+        settings.reload()
+
+
+@pytest.fixture
+def env(monkeypatch):
+    from mlx_metile import settings
+
+    yield Env(monkeypatch)
+    monkeypatch.undo()
+    settings.reload()

@@ -42,3 +42,18 @@ def bits(a: mx.array) -> np.ndarray:
     if a.dtype not in SIGNIFICAND:
         return np.array(a)
     return np.array(a.view(mx.uint32 if a.dtype == mx.float32 else mx.uint16))
+
+
+def artifact(spec, rows: int, target="msl", K: int = 4096, columns: int | None = None):
+    """The kernel the ops build for `spec` at `rows` rows on `target` ("msl", "cuda" - the CUDA
+    build target of the current settings - or a mlx_metile.targets value), for a product over K
+    with `columns` output columns (the shape the CUDA layout rules read)."""
+    from mlx_metile.backends.cuda_device import build_target
+    from mlx_metile.pipeline import compile_projection
+    from mlx_metile.schedule import Shape, choose
+    from mlx_metile.targets import CPU
+
+    if isinstance(target, str):
+        target = build_target() if target == "cuda" else CPU
+    shape = Shape(K, columns if columns is not None else 4096)
+    return compile_projection(spec, choose(spec, rows, target, shape), target.language)

@@ -173,8 +173,8 @@ def clear_caches() -> None:
 
 def artifact_for(act, formats, epilogue, residual, K, Ns, rows, target, norm_eps):
     """The artifact the ops compile for such a call (None where they would not compile one)."""
-    from mlx_metile.runtime import compile_projection
-    from mlx_metile.runtime.cuda_device import build_target
+    from mlx_metile.backends.cuda_device import build_target
+    from mlx_metile.pipeline import compile_projection
     from mlx_metile.schedule import Shape, choose, fuses_norm
     from mlx_metile.spec import ProjectionSpec
     from mlx_metile.targets import CPU

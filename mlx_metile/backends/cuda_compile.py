@@ -12,9 +12,9 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
+from ..artifact import Artifact
 from ..emu.toolchain import cache_root
 from ..settings import current
-from ..artifact import Artifact
 from .cuda_device import cuda_arch
 from .nvrtc import NvrtcError, compile_cuda, find_nvrtc
 

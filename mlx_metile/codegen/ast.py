@@ -482,14 +482,6 @@ class AsyncWait:
     pending: int
 
 
-@dataclass
-class Raw:
-    """Target-specific lines, rendered verbatim (none of the lowerings writes these any more;
-    kept for hand-written probes)."""
-
-    lines: list[str]
-
-
 Stmt = (
     Decl
     | Decls
@@ -507,7 +499,6 @@ Stmt = (
     | AsyncCopy
     | AsyncCommit
     | AsyncWait
-    | Raw
 )
 
 

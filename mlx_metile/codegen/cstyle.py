@@ -41,7 +41,6 @@ from .ast import (
     Paren,
     PtrCast,
     PtrType,
-    Raw,
     Select,
     SharedBytes,
     Un,
@@ -317,8 +316,6 @@ class CStyleRenderer:
                 out.append(f"{pad}for (int {s.var} = {self.expr(s.start)}; {self.expr(s.cond)}; {step}) {{")
                 out += self.stmts(s.body, depth + 1)
                 out.append(f"{pad}}}")
-            elif isinstance(s, Raw):
-                out += [f"{pad}{line}" for line in s.lines]
             elif isinstance(s, Block):
                 out.append(f"{pad}{{")
                 out += self.stmts(s.body, depth + 1)

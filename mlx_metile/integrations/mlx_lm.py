@@ -366,9 +366,9 @@ def default_dense() -> bool:
 
 def _default_device_is_cuda() -> bool:
     """Whether the default device is a GPU of MLX's CUDA backend."""
-    from ..ops import _gpu_backend
+    from ..dispatch import gpu_backend
 
-    return mx.default_device().type == mx.DeviceType.gpu and _gpu_backend() == "cuda"
+    return mx.default_device().type == mx.DeviceType.gpu and gpu_backend() == "cuda"
 
 
 def patch(

@@ -2,6 +2,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <stdexcept>
@@ -50,13 +51,9 @@ struct PoolBuffer {
   CUcontext context;
 };
 
-size_t pool_limit() {
-  static const size_t limit = [] {
-    const char* mb = std::getenv("MLX_METILE_CUDA_POOL_MB");
-    return (mb && *mb ? static_cast<size_t>(std::strtoull(mb, nullptr, 10)) : size_t{512}) << 20;
-  }();
-  return limit;
-}
+std::atomic<size_t> g_pool_limit{size_t{512} << 20};  // set_output_pool_limit
+
+size_t pool_limit() { return g_pool_limit.load(std::memory_order_relaxed); }
 
 void free_now(PoolBuffer* buffer) {
   // Called once the memory is no longer in use; errors (CUDA shut down at exit) are ignored.
@@ -157,6 +154,8 @@ CUdeviceptr device_pointer(const mx::array& a) {
 }  // namespace
 
 OutputPoolStats output_pool_stats() { return output_pool().stats(); }
+
+void set_output_pool_limit(size_t bytes) { g_pool_limit.store(bytes, std::memory_order_relaxed); }
 
 CudaKernelLaunch::CudaKernelLaunch(std::string name, std::string binary, std::vector<int> scalars,
                                    std::array<int, 3> blocks, std::array<int, 3> threads, int shared_memory)

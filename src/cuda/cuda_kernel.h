@@ -77,4 +77,7 @@ struct OutputPoolStats {
 };
 OutputPoolStats output_pool_stats();
 
+// Bytes of released buffers the pool keeps (MLX_METILE_CUDA_POOL_MB, passed from the settings).
+void set_output_pool_limit(size_t bytes);
+
 }  // namespace mlx_metile

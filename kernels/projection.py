@@ -5,33 +5,18 @@
 for dense or affine-quantized weights, several weights fused behind one read
 of x: without an epilogue (or with a per-output one) the weights' columns are
 concatenated and each output takes its range; SwiGLU accumulates gate and up
-side by side. Tile sizes BM/BN/BK are meta-parameters bound by the schedule.
+side by side. Each weight format's dequantisation is its own (mlx_metile.formats). Tile sizes
+BM/BN/BK are meta-parameters bound by the schedule.
 """
 
 from __future__ import annotations
 
+from ..formats import module_of
 from ..ir.builder import Builder, T
 from ..ir.nodes import Program
-from ..spec import ProjectionSpec, WeightFormat
+from ..spec import ProjectionSpec
 
 _UNARY_EPILOGUES = {"gelu", "gelu_approx", "silu"}
-
-
-def _weight_tile(b: Builder, i: int, wf: WeightFormat, local_cols: T, col_ok: T, ks: T, k_ok: T, K: T) -> T:
-    """Element (n, k) of weight i as f32, zero where masked: a [BN, BK] tile."""
-    mask = col_ok[:, None] & k_ok[None, :]
-    if not wf.quantized:
-        return b.load(f"w{i}", local_cols[:, None] * K + ks[None, :], mask).to("f32")
-    per_word = 32 // wf.bits
-    words_per_row = K * wf.bits // 32
-    word = b.load(f"w{i}", local_cols[:, None] * words_per_row + (ks // per_word)[None, :], mask)
-    shift = ((ks % per_word) * wf.bits)[None, :]
-    q = ((word >> shift) & ((1 << wf.bits) - 1)).to("f32")
-    groups = K // wf.group_size
-    g_off = local_cols[:, None] * groups + (ks // wf.group_size)[None, :]
-    scale = b.load(f"scales{i}", g_off, mask).to("f32")
-    bias = b.load(f"biases{i}", g_off, mask).to("f32")
-    return q * scale + bias
 
 
 def projection_program(spec: ProjectionSpec) -> Program:
@@ -42,12 +27,7 @@ def projection_program(spec: ProjectionSpec) -> Program:
     if spec.norm_eps is not None:  # RMSNorm's weight, applied by the CUDA tensor-core lowering only
         b.buffer("norm", act)
     for i, wf in enumerate(spec.weights):
-        if wf.quantized:
-            b.buffer(f"w{i}", "u32")
-            b.buffer(f"scales{i}", wf.dtype)
-            b.buffer(f"biases{i}", wf.dtype)
-        else:
-            b.buffer(f"w{i}", wf.dtype)
+        module_of(wf).declare(b, i, wf)
         if wf.has_bias:
             b.buffer(f"bias{i}", wf.bias_dtype)
     if spec.has_residual:
@@ -91,7 +71,8 @@ def projection_program(spec: ProjectionSpec) -> Program:
             w = None
             for i, base in members:
                 local, ok = owns(i, base)
-                tile = _weight_tile(b, i, spec.weights[i], local, ok, ks, k_ok, K)
+                wf = spec.weights[i]
+                tile = module_of(wf).tile(b, i, wf, local, ok, ks, k_ok, K)
                 w = tile if w is None else w + tile  # masks make the members disjoint
             new.append(b.dot(xt, w.T, acc))
         lp.yield_(*new)

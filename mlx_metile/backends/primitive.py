@@ -1,0 +1,48 @@
+"""The CPU, emulator and Metal launch: one `TileKernel` node of the C++ primitive
+(src/tile_kernel.cpp), evaluated lazily by MLX. The primitive never compiles tile programs: the
+CPU path runs its C++ implementation, the emulator the object built from the artifact's MSL,
+Metal the artifact's MSL."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from ..spec import EPILOGUE_CODES
+from .emulated import emulator_object
+from .extension import require
+from .inputs import binding_template
+
+
+def launch(
+    artifact,
+    inputs: list[mx.array],
+    call,
+    rows: int,
+    scalars: dict[str, int],
+    backend: str,
+    stream: mx.Stream,
+) -> list[mx.array]:
+    """The call's outputs ([rows, N] each) from `inputs` (x, the weights' arrays, the residual)."""
+    ext = require()
+    out_ns = call.out_ns
+    bindings = [(kind, scalars[at] if kind == 2 else at) for kind, at in binding_template(artifact)]
+    obj = emulator_object(artifact) if backend == "emulator" else ""
+    return ext.tile_kernel(
+        inputs,
+        [[rows, n] for n in out_ns],
+        [call.out_dtype] * len(out_ns),
+        artifact.target,
+        artifact.source if backend == "metal" else "",  # only the Metal path compiles it
+        artifact.entry,
+        artifact.grid(rows, call.columns),
+        artifact.threads_per_group,
+        bindings,
+        artifact.key,
+        [f.bits for f in call.formats],
+        [f.group_size for f in call.formats],
+        [int(f.has_bias) for f in call.formats],
+        EPILOGUE_CODES[call.epilogue],
+        call.residual is not None,
+        obj,
+        stream=stream,
+    )
