@@ -5,6 +5,7 @@ a kernel or a fusion."""
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -31,7 +32,8 @@ class Call:
     K: int
     Ns: tuple[int, ...]
     formats: tuple[WeightFormat, ...]
-    out_dtype: mx.Dtype  # MLX's promotion of x with the dense weights
+    out_dtype: mx.Dtype  # the kernel's: MLX's promotion of x with the dense weights
+    stock_dtypes: tuple  # each output's dtype as the stock composition promotes it
 
     @property
     def rows(self) -> int:
@@ -54,6 +56,15 @@ class Call:
     @property
     def out_ns(self) -> list[int]:
         return [self.Ns[0]] if self.single else list(self.Ns)
+
+    @property
+    def empty(self) -> bool:
+        """No rows, no K or an output of no columns: nothing for a kernel to do."""
+        return self.rows == 0 or self.K == 0 or 0 in self.Ns
+
+    def casts(self) -> list:
+        """Per output: the dtype to cast the kernel's output to, or None where it has it."""
+        return [None if d == self.out_dtype else d for d in self.stock_dtypes]
 
 
 @lru_cache(maxsize=64)
@@ -81,7 +92,9 @@ def check_norm(norm, K: int) -> None:
     float_dtype(g, "norm[0]")
     if tuple(g.shape) != (K,):
         raise ValueError(f"norm[0]: expected the RMSNorm weight of shape ({K},), got {tuple(g.shape)}")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"norm[1]: expected a number (the RMSNorm's eps), got {type(eps).__name__}")
+    if not math.isfinite(float(eps)) or eps <= 0:
         raise ValueError(f"norm[1]: expected a positive finite eps, got {eps!r}")
 
 
@@ -101,9 +114,6 @@ def check(
         raise ValueError("x: expected at least one dimension (..., K)")
     K = x.shape[-1]
     lead = tuple(x.shape[:-1])
-    rows = math.prod(lead)
-    if rows == 0 or K == 0:
-        raise ValueError(f"x: empty input of shape {tuple(x.shape)}")
     if not weights:
         raise ValueError("weights: at least one weight is needed")
     Ns = []
@@ -139,13 +149,34 @@ def check(
         float_dtype(residual, "residual")
     if norm is not None:
         check_norm(norm, K)
-    # The output dtype follows MLX's promotion of x with the dense weights.
+    # The kernel's activations follow MLX's promotion of x with the dense weights.
     out_dtype = x.dtype
     for w in weights:
         if isinstance(w, mx.array):
             out_dtype = _promote(out_dtype, w.dtype)
     fmts = tuple(_format_of(w, b, i) for i, (w, b) in enumerate(zip(weights, biases)))
-    return Call(op, x, tuple(weights), tuple(biases), epilogue, residual, norm, lead, K, tuple(Ns), fmts, out_dtype)
+    stock = stock_dtypes(x.dtype, weights, biases, epilogue, residual)
+    return Call(
+        op, x, tuple(weights), tuple(biases), epilogue, residual, norm, lead, K, tuple(Ns), fmts, out_dtype, stock
+    )
+
+
+def product_dtypes(x_dtype: mx.Dtype, weights) -> list:
+    """Each stock product's dtype: x promoted with a dense weight, or with a quantized one's scales."""
+    return [_promote(x_dtype, w.scales.dtype if isinstance(w, QuantizedWeight) else w.dtype) for w in weights]
+
+
+def stock_dtypes(x_dtype: mx.Dtype, weights, biases, epilogue: str | None, residual) -> tuple:
+    """Each output's dtype under the stock composition: the product promotes x with a dense
+    weight or a quantized weight's scales, then with its bias; SwiGLU multiplies the two;
+    a residual promotes the single output."""
+    zs = []
+    for d, b in zip(product_dtypes(x_dtype, weights), biases):
+        zs.append(d if b is None else _promote(d, b.dtype))
+    outs = [_promote(zs[0], zs[1])] if epilogue == "swiglu" else zs
+    if residual is not None:
+        outs = [_promote(outs[0], residual.dtype)]
+    return tuple(outs)
 
 
 _FORMATS: dict[tuple, WeightFormat] = {}

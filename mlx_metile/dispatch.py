@@ -23,28 +23,31 @@ from .backends import cuda_launch, primitive
 from .backends.cuda_device import build_target
 from .backends.extension import has_metal
 from .backends.inputs import norm_inputs, weight_inputs
-from .call import Call, Norm, check
+from .call import Call, Norm, check, product_dtypes
 from .formats import QuantizedWeight
 from .gradients import differentiable
 from .pipeline import compile_projection
-from .reference import fused_reference
+from .reference import finish, fused_reference
 from .schedule import Shape, choose, fuses_norm, row_bucket
 from .spec import ProjectionSpec
-from .targets import CPU
+from .targets import CPU, MetalTarget
 from .trace import TraceRecord, record, tracing
 
 INDEX_LIMIT = 2**31 - 2**20  # elements; offsets in the kernels are int32
-StreamLike = mx.Stream | mx.Device | None
+StreamLike = mx.Stream | mx.Device | mx.DeviceType | None
 
 
 def stream_of(stream: StreamLike) -> mx.Stream:
+    """A stream from what stock MLX ops take: None, a Stream, a Device or a DeviceType (mx.cpu)."""
     if stream is None:
         return mx.default_stream(mx.default_device())
+    if isinstance(stream, mx.DeviceType):
+        return mx.default_stream(mx.Device(stream))
     if isinstance(stream, mx.Device):
         return mx.default_stream(stream)
     if isinstance(stream, mx.Stream):
         return stream
-    raise TypeError(f"stream: expected an mlx Stream, Device or None, got {type(stream).__name__}")
+    raise TypeError(f"stream: expected an mlx Stream, Device, DeviceType or None, got {type(stream).__name__}")
 
 
 def backend_of(stream: mx.Stream) -> str:
@@ -95,7 +98,59 @@ def _record(call: Call, backend: str, kernel: str | None) -> None:
 
 
 def run(call: Call, stream: StreamLike) -> list[mx.array]:
-    """The outputs of a checked call."""
+    """The outputs of a checked call, each in the dtype the stock composition gives it."""
+    if call.empty:
+        return _empty(call)
+    parts = _split(call, stream)
+    if parts is not None:  # more buffers than a Metal kernel takes: several calls
+        return [out for part in parts for out in run(part, stream)]
+    outs = _run(call, stream)
+    casts = call.casts()
+    if any(casts):
+        outs = [o if c is None else o.astype(c) for o, c in zip(outs, casts)]
+    return outs
+
+
+def _empty(call: Call) -> list[mx.array]:
+    """No rows, no K or no columns: x @ W.T is zeros (or empty), then biases, epilogue and
+    residual as the stock composition applies them (without its products, which fault at K = 0)."""
+    dtypes = product_dtypes(call.x.dtype, call.weights)
+    zs = [mx.zeros((*call.lead, n), d) for n, d in zip(call.Ns, dtypes)]
+    _record(call, "mlx", None)
+    return finish(zs, list(call.biases), call.epilogue, call.residual)
+
+
+def _split(call: Call, stream: StreamLike) -> list[Call] | None:
+    """A call of several outputs whose MSL kernel would take more buffers than Metal allows, as
+    calls of fewer weights each (the outputs are independent, so nothing else changes); None
+    where it fits, or runs elsewhere."""
+    if call.norm is not None or call.single or len(call.weights) < 2:
+        return None
+    limit = MetalTarget.max_buffers
+    if _buffers(call.weights, call.biases) <= limit or backend_of(stream_of(stream)) in ("cuda", "mlx"):
+        return None
+    groups, start = [], 0
+    while start < len(call.weights):
+        end = start + 1
+        while (
+            end < len(call.weights) and _buffers(call.weights[start : end + 1], call.biases[start : end + 1]) <= limit
+        ):
+            end += 1
+        groups.append((start, end))
+        start = end
+    return [check(call.op, call.x, call.weights[a:b], call.biases[a:b], call.epilogue, None) for a, b in groups]
+
+
+def _buffers(weights, biases) -> int:
+    """Buffer slots of a kernel of several outputs: x, each weight's arrays, bias and output, and
+    the scalars M, K and N_i."""
+    count = 1 + 2
+    for w, b in zip(weights, biases):
+        count += (3 if isinstance(w, QuantizedWeight) else 1) + (b is not None) + 1 + 1
+    return count
+
+
+def _run(call: Call, stream: StreamLike) -> list[mx.array]:
     plannable = stream is None and not tracing()  # (explicit streams and traced calls take the full path)
     s = stream_of(stream)
     backend = backend_of(s)
@@ -130,17 +185,23 @@ def run(call: Call, stream: StreamLike) -> list[mx.array]:
     artifact = _compiled(spec, row_bucket(rows), target, shape, settings.generation())
     scalars = {"M": rows, "K": K, **{f"N{i}": n for i, n in enumerate(Ns)}}
     if backend == "cuda":
-        outs = _run_cuda(call, artifact, scalars, s, stream, plannable)
+        outs = _run_cuda(call, artifact, scalars, s, stream, plannable and not any(call.casts()))
         _record(call, backend, artifact.entry)
         return outs
     inputs = [x2, *weight_inputs(call.weights, call.biases)]
     if res2 is not None:
         inputs.append(res2)
     weights, biases = list(call.weights), list(call.biases)
+
+    def batched(xb: mx.array, rb: mx.array | None) -> list[mx.array]:  # under mx.vmap: more rows
+        return run(check(call.op, xb, weights, biases, call.epilogue, rb), stream)
+
     outs = differentiable(
         lambda arrays: primitive.launch(artifact, arrays, call, rows, scalars, backend, s),
         lambda arrays: reference_of_flat(arrays, weights, biases, call.epilogue, res2 is not None),
         inputs,
+        batched,
+        res2 is not None,
     )
     _record(call, backend, artifact.entry)
     return outs if len(lead) == 1 else [o.reshape(*lead, n) for o, n in zip(outs, call.out_ns)]

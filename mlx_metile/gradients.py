@@ -22,8 +22,14 @@ def differentiable(
     forward: Callable[[list[mx.array]], list[mx.array]],
     reference: Callable[[list[mx.array]], list[mx.array]],
     inputs: Sequence[mx.array],
+    batched: Callable[[mx.array, mx.array | None], list[mx.array]] | None = None,
+    residual: bool = False,
 ) -> list[mx.array]:
-    """forward(inputs), differentiated (reverse and forward mode) as reference(inputs) is."""
+    """forward(inputs), differentiated (reverse and forward mode) as reference(inputs) is.
+
+    Under mx.vmap: where only x (inputs[0]) and the residual (the last input, if `residual`) are
+    mapped, `batched(x, residual)` computes the call with the mapped axis as a leading one of x
+    (the kernel again, on more rows); where a weight is mapped, the reference, vmapped."""
     floats = [i for i, a in enumerate(inputs) if a.dtype in FLOATS]
 
     def on_floats(primals: Sequence[mx.array]):
@@ -56,6 +62,27 @@ def differentiable(
         tans = [mx.zeros_like(primals[i]) if tangents[i] is None else tangents[i] for i in floats]
         _, out = mx.jvp(fn, sub, tans)
         return out
+
+    @op.vmap
+    def op_vmap(arrays, axes):
+        axes = list(axes) if isinstance(axes, (list, tuple)) else [axes]
+        last = len(arrays) - 1 if residual else None
+        foldable = all(a is None for i, a in enumerate(axes) if i not in (0, last))
+        if batched is None or not foldable:
+            fn = mx.vmap(lambda *a: reference(list(a)), in_axes=tuple(axes))
+            outs = fn(*arrays)
+            outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+            return outs, [0] * len(outs)
+        size = next(a.shape[ax] for a, ax in zip(arrays, axes) if ax is not None)
+
+        def leading(i: int) -> mx.array:
+            a = arrays[i]
+            if axes[i] is None:
+                return mx.broadcast_to(a[None], (size, *a.shape))
+            return mx.moveaxis(a, axes[i], 0)
+
+        outs = batched(leading(0), leading(last) if residual else None)
+        return outs, [0] * len(outs)
 
     outs = op(*inputs)
     return list(outs) if isinstance(outs, (list, tuple)) else [outs]

@@ -8,6 +8,7 @@ settings repeat one already planned (the CUDA path) is replayed without the chec
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import mlx.core as mx
@@ -103,7 +104,8 @@ def fused_linear(
     Biases, epilogue and residual are applied in f32 and rounded once.
     Returns a list when there are several outputs, else one array."""
     ws, bs = weight_lists(weights, biases)
-    if norm is not None and isinstance(norm, tuple) and len(norm) == 2 and isinstance(norm[1], int):
-        norm = (norm[0], float(norm[1]))
+    if isinstance(norm, tuple) and len(norm) == 2 and isinstance(norm[1], numbers.Real) and type(norm[1]) is not float:
+        if not isinstance(norm[1], bool):
+            norm = (norm[0], float(norm[1]))  # numpy scalars and ints as MLX takes them
     outs = project("fused_linear", x, ws, bs, epilogue, residual, stream, norm)
     return outs[0] if len(outs) == 1 and (epilogue == "swiglu" or residual is not None or len(weights) == 1) else outs

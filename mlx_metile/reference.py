@@ -10,7 +10,7 @@ import mlx.core as mx
 from . import formats
 from .formats import dequantize_exact
 
-__all__ = ["EPILOGUE_FNS", "dequantize_exact", "fused_reference", "project"]
+__all__ = ["EPILOGUE_FNS", "dequantize_exact", "finish", "fused_reference", "project"]
 
 
 def _silu(v: mx.array) -> mx.array:
@@ -41,16 +41,21 @@ def fused_reference(
     residual: mx.array | None,
 ) -> list[mx.array]:
     """Separate projections, then the epilogue, in the output dtype as MLX users write it."""
-    zs = []
-    for w, b in zip(weights, biases):
-        z = project(x, w)
-        zs.append(z + b if b is not None else z)
+    zs = [project(x, w) for w in weights]
+    return finish(zs, biases, epilogue, residual)
+
+
+def finish(
+    zs: Sequence[mx.array], biases: Sequence[mx.array | None], epilogue: str | None, residual: mx.array | None
+) -> list[mx.array]:
+    """The products' biases, epilogue and residual, as the stock composition applies them."""
+    zs = [z + b if b is not None else z for z, b in zip(zs, biases)]
     if epilogue == "swiglu":
         outs = [_silu(zs[0]) * zs[1]]
     elif epilogue is not None:
         outs = [EPILOGUE_FNS[epilogue](z) for z in zs]
     else:
-        outs = zs
+        outs = list(zs)
     if residual is not None:
         outs = [outs[0] + residual]
     return outs

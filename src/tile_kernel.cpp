@@ -44,6 +44,25 @@ std::vector<mx::array> TileKernel::jvp(const std::vector<mx::array>& primals, co
   return out;
 }
 
+std::pair<std::vector<mx::array>, std::vector<int>> TileKernel::vmap(const std::vector<mx::array>& inputs,
+                                                                     const std::vector<int>& axes) {
+  int batch = 1;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (axes[i] >= 0) batch = inputs[i].shape(axes[i]);
+  std::vector<mx::array> unbatched = inputs;
+  if (axes[0] >= 0) {  // the shapes of one call: x without its mapped axis
+    mx::Shape x = inputs[0].shape();
+    x.erase(x.begin() + axes[0]);
+    unbatched[0] = mx::zeros(x, inputs[0].dtype(), stream());
+  }
+  std::vector<mx::array> out;
+  for (auto shape : output_shapes(unbatched)) {
+    shape.insert(shape.begin(), batch);
+    out.push_back(mx::zeros(shape, inputs[0].dtype(), stream()));
+  }
+  return {out, std::vector<int>(out.size(), 0)};
+}
+
 std::vector<mx::Shape> TileKernel::output_shapes(const std::vector<mx::array>& inputs) {
   mx::Shape lead(inputs[0].shape().begin(), inputs[0].shape().end() - 1);
   std::vector<mx::Shape> shapes;

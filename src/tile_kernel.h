@@ -73,9 +73,11 @@ class TileKernel : public mx::Primitive {
   // The Python side wraps the node in an mx.custom_function whose transforms follow the stock MLX
   // composition (mlx_metile/gradients.py), the one reference of the numerics, so there is no vjp
   // here. MLX 0.32.4's jvp of a custom function visits its forward graph too, though: jvp gives
-  // that visit zeros, never used (the call's tangents are the custom function's).
+  // that visit zeros, never used (the call's tangents are the custom function's); vmap likewise.
   std::vector<mx::array> jvp(const std::vector<mx::array>& primals, const std::vector<mx::array>& tangents,
                              const std::vector<int>& argnums) override;
+  std::pair<std::vector<mx::array>, std::vector<int>> vmap(const std::vector<mx::array>& inputs,
+                                                           const std::vector<int>& axes) override;
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override;
   const char* name() const override { return "TileKernel"; }

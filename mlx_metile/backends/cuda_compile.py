@@ -12,8 +12,8 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
+from .. import cache
 from ..artifact import Artifact
-from ..emu.toolchain import cache_root
 from ..settings import current
 from .cuda_device import cuda_arch
 from .nvrtc import NvrtcError, compile_cuda, find_nvrtc
@@ -58,8 +58,8 @@ def binary_kind(arch: str, tool: str) -> str:
     MLX_METILE_CUDA_BINARY=cubin. Why a fatbin: MLX hashes the whole binary at every
     launch of a precompiled kernel (mlx/backend/cuda/custom_kernel.cpp, to name its
     module), and compression makes that 3x shorter (25 KB -> 9 KB for the int4 gate/up
-    kernel; 9 us -> 1.8 us of std::hash on this project's CPU). On the H200 fatbins
-    loaded and passed the correctness matrix (bench/results/h200-2026-11-29-session5-*)."""
+    kernel; 9 us -> 1.8 us of std::hash on this project's CPU). Fatbins load and pass the
+    correctness matrix on the H200 (docs/BENCHMARKS.md, "Correctness on the H200")."""
     if arch.startswith("compute_"):
         return "ptx"
     want = current().cuda_binary
@@ -80,15 +80,16 @@ def ptx(artifact: Artifact, arch: str | None = None) -> bytes:
     tool, path = compiler()
     key = hashlib.sha256(f"{artifact.source}\0{arch}\0{path}".encode()).hexdigest()[:24]
     kind = binary_kind(arch, tool)
-    out = cache_root("cuda") / f"{artifact.entry}-{key}.{kind}"
-    if out.exists():
-        return out.read_bytes()
+    out = cache.root("cuda") / f"{artifact.entry}-{key}.{kind}"
+    cached = cache.load(out, key)
+    if cached is not None:
+        return cached
     if tool == "nvrtc":
         try:
             data = compile_cuda(artifact.source, artifact.entry, arch)
         except NvrtcError as e:
             raise CudaCompileError(f"{e}\n{_arch_hint(arch)}") from None
-        _store(out, data)
+        cache.store(out, data, key)
         return data
     nvcc = path
     with tempfile.TemporaryDirectory() as tmp:
@@ -107,7 +108,7 @@ def ptx(artifact: Artifact, arch: str | None = None) -> bytes:
         if res.returncode != 0:
             raise CudaCompileError(f"nvcc failed on {artifact.entry}:\n{res.stderr}\n{_arch_hint(arch)}")
         data = dst.read_bytes()
-    _store(out, data)
+    cache.store(out, data, key)
     return data
 
 
@@ -116,9 +117,3 @@ def _arch_hint(arch: str) -> str:
         f"(built for {arch}, the CUDA device's architecture or MLX_METILE_CUDA_ARCH; a compiler too old for "
         "it fails so: MLX_METILE_CUDA_ARCH=compute_NN builds portable PTX that the driver compiles)"
     )
-
-
-def _store(out: Path, data: bytes) -> None:
-    tmp_out = out.with_suffix(f".{os.getpid()}.tmp")
-    tmp_out.write_bytes(data)
-    os.replace(tmp_out, out)

@@ -4,7 +4,7 @@ from C++; None where the package was installed without it."""
 from __future__ import annotations
 
 try:
-    from .. import _ext
+    import mlx_metile._ext as _ext
 except ImportError as e:  # pragma: no cover - only where the extension was not built
     _ext = None
     ERROR = str(e)

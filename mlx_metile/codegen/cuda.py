@@ -15,7 +15,7 @@ WARP_SUM = """__device__ __forceinline__ float metile_warp_sum(float v) {
 }"""
 
 
-# Helpers of the tensor-core schedule (lower_mma.py); CUDA only.
+# Helpers of the tensor-core schedules (lower/mma*.py); CUDA only.
 MMA_HELPERS = """__device__ __forceinline__ void metile_mma_bf16(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                                                 unsigned b0, unsigned b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
@@ -29,7 +29,7 @@ __device__ __forceinline__ void metile_mma_f16(float* c, unsigned a0, unsigned a
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 // The packed integers as bf16x2 / f16x2 pairs for the MMA's A operand, offset by
-// a constant (Q_OFFSET in compiler/lower_mma.py): nibbles q and q+4 (bytes q and q+2) of
+// a constant (Q_OFFSET in lower/mma.py): nibbles q and q+4 (bytes q and q+2) of
 // w are OR-ed into the mantissa of 128 (bf16) or 1024 (f16), so a pair is 128 + q
 // (1024 + q), exact. One LOP3 with both constants (the compiler would split
 // (a & m) | c into two); the offset comes back out once per group, in f32:
@@ -57,7 +57,7 @@ __device__ __forceinline__ unsigned metile_q8_bf16(unsigned w, int q) {
 }"""
 
 
-# RMSNorm fused into the tensor-core schedule (lower_mma.MMALowering, spec.norm_eps), bf16: a
+# RMSNorm fused into the tensor-core schedule (lower/mma.py, spec.norm_eps), bf16: a
 # 16-byte x slice times the norm weight's, each product rounded once to bf16 (the MMA's B operand),
 # and the slice's squares added to its row's sum by two MMAs of x with itself - A's rows g are the
 # lane's B registers, its rows g + 8 zero - so C[g][g] (lane (g, g / 2), element g % 2) gathers row g.
@@ -76,7 +76,7 @@ __device__ __forceinline__ uint4 metile_norm_bf16(uint4 x, uint4 g, float* sq) {
 
 
 # Asynchronous global -> shared copies (sm_80+) of the staged tensor-core schedule
-# (lower_mma_staged.py): `ok` false copies nothing and zero-fills the destination.
+# (lower/mma_staged.py): `ok` false copies nothing and zero-fills the destination.
 CP_ASYNC_HELPERS = """__device__ __forceinline__ void metile_cp16(void* dst, const void* src, bool ok) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");

@@ -11,6 +11,7 @@ import subprocess
 import threading
 from pathlib import Path
 
+from .. import cache
 from .toolchain import cache_dir, find_clang, run_clang, tool_beside_clang
 from .translate import Translation, entry_point
 
@@ -78,24 +79,41 @@ def _emulator_fingerprint() -> str:
 
 
 def _atomic_write(path: Path, data: str) -> None:
-    tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
-    tmp.write_text(data)
-    os.replace(tmp, path)
+    tmp = cache.temporary(path)
+    try:
+        tmp.write_text(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _install(tmp: Path, target: Path, key: str) -> None:
+    """A tool's output, renamed into the cache and sealed with its checksum."""
+    if target.is_dir() and not target.is_symlink():
+        cache.discard(target)
+    os.replace(tmp, target)
+    cache.seal(target, key)
 
 
 def runtime_library() -> Path:
-    """Build (once) the shared runtime every kernel object links against."""
+    """Build (once) the shared runtime every kernel object links against. Its SONAME is its file
+    name, so kernels record that name (not a path) and find it beside their folder: a cache that
+    is copied or moved still works."""
     fp = _emulator_fingerprint()
     lib = cache_dir() / f"libmetile_emu_rt-{fp}.so"
     with _lock:
-        if lib.exists():
+        if cache.verified(lib, fp):
             return lib
-        tmp = lib.with_suffix(f".{os.getpid()}.tmp")
+        tmp = cache.temporary(lib)
         args = [*COMMON_FLAGS, "-O2", "-g", "-U_FORTIFY_SOURCE", "-shared", "--rtlib=compiler-rt"]
-        res = run_clang([*args, str(RUNTIME / "runtime.cpp"), "-o", str(tmp), "-ldl", "-lstdc++"])
-        if res.returncode != 0:
-            raise CompileError(f"building the emulator runtime failed:\n{res.stderr}")
-        os.replace(tmp, lib)
+        args += [f"-Wl,-soname,{lib.name}"]
+        try:
+            res = run_clang([*args, str(RUNTIME / "runtime.cpp"), "-o", str(tmp), "-ldl", "-lstdc++"])
+            if res.returncode != 0:
+                raise CompileError(f"building the emulator runtime failed:\n{res.stderr}")
+            _install(tmp, lib, fp)
+        finally:
+            tmp.unlink(missing_ok=True)
     return lib
 
 
@@ -178,29 +196,37 @@ def check_ir(ir: str, filename: str) -> None:
 
 
 def build_kernel(t: Translation, extra_flags: tuple[str, ...] = ()) -> Path:
-    """Compile and link a translated kernel; returns the shared object."""
+    """Compile and link a translated kernel; returns its shared object, checked against the
+    checksum recorded when it was built (a damaged one is rebuilt)."""
     rt = runtime_library()
     key = _digest(t.cpp, t.name, " ".join(extra_flags), rt.name)
     workdir = cache_dir() / key
     so = workdir / f"{t.name}.so"
-    if so.exists():
+    if cache.verified(so, key):
         return so
+    if workdir.exists() and not workdir.is_dir():
+        cache.discard(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     src = workdir / t.filename
     _atomic_write(src, t.cpp)
     _lint(t, workdir)
     full = workdir / f"{t.name}.full.cpp"
     _atomic_write(full, t.cpp + entry_point(t))
-    obj = workdir / f"{t.name}.{os.getpid()}.o"
-    res = run_clang([*COMMON_FLAGS, *KERNEL_FLAGS, *INSTRUMENT_FLAGS, *extra_flags, "-c", str(full), "-o", str(obj)])
-    if res.returncode != 0:
-        raise CompileError(_clean_diagnostics(res.stderr, workdir))
-    tmp = so.with_suffix(f".{os.getpid()}.tmp")
-    res = run_clang(["-shared", "--rtlib=compiler-rt", str(obj), str(rt), f"-Wl,-rpath,{rt.parent}", "-o", str(tmp)])
-    obj.unlink(missing_ok=True)
-    if res.returncode != 0:
-        raise CompileError(f"linking {t.name} failed:\n{res.stderr}")
-    os.replace(tmp, so)
+    obj, tmp = cache.temporary(workdir / f"{t.name}.o"), cache.temporary(so)
+    try:
+        flags = [*COMMON_FLAGS, *KERNEL_FLAGS, *INSTRUMENT_FLAGS, *extra_flags]
+        res = run_clang([*flags, "-c", str(full), "-o", str(obj)])
+        if res.returncode != 0:
+            raise CompileError(_clean_diagnostics(res.stderr, workdir))
+        # the runtime by its SONAME, found beside the kernel's folder ($ORIGIN/..)
+        link = ["-shared", "--rtlib=compiler-rt", str(obj), str(rt), "-Wl,-rpath,$ORIGIN/..", "-o", str(tmp)]
+        res = run_clang(link)
+        if res.returncode != 0:
+            raise CompileError(f"linking {t.name} failed:\n{res.stderr}")
+        _install(tmp, so, key)
+    finally:
+        obj.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
     return so
 
 

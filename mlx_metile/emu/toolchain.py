@@ -9,6 +9,7 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
+from .. import cache
 from ..settings import current, environment_path
 
 MIN_CLANG = 17
@@ -64,10 +65,8 @@ def tool_beside_clang(name: str) -> str | None:
 
 
 def cache_root(sub: str) -> Path:
-    """A folder of the package's cache: MLX_METILE_CACHE, else ~/.cache/mlx_metile."""
-    path = current().cache_root / sub
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """A folder of the package's cache (mlx_metile.cache.root)."""
+    return cache.root(sub)
 
 
 def cache_dir() -> Path:

@@ -3,6 +3,7 @@ with scales and biases per `group_size` columns; element (n, k) is scale * q + b
 
 from __future__ import annotations
 
+import numbers
 import weakref
 
 import mlx.core as mx
@@ -26,6 +27,7 @@ class QuantizedWeight:
     `biases` [N, K/group_size]; element (n, k) is scales*q + biases."""
 
     def __init__(self, w: mx.array, scales: mx.array, biases: mx.array, group_size: int = 64, bits: int = 4):
+        group_size, bits = integer(group_size, "group_size"), integer(bits, "bits")
         # Arrays never change shape or dtype, so the same three arrays (the same
         # objects, checked through weak references: an id alone may be reused)
         # with the same settings need validating once - this runs on every eager call.
@@ -44,6 +46,10 @@ class QuantizedWeight:
 
     def __setattr__(self, name, value):
         raise AttributeError(f"QuantizedWeight is immutable: make a new one rather than set {name!r}")
+
+    def __reduce__(self):
+        # pickling and copy.deepcopy rebuild it from its arrays (MLX pickles arrays itself)
+        return (QuantizedWeight, (self.w, self.scales, self.biases, self.group_size, self.bits))
 
     @staticmethod
     def _validate(w, scales, biases, group_size: int, bits: int) -> None:
@@ -96,6 +102,13 @@ class QuantizedWeight:
 
     def __repr__(self) -> str:
         return f"QuantizedWeight(N={self.N}, K={self.K}, bits={self.bits}, group_size={self.group_size})"
+
+
+def integer(value, what: str) -> int:
+    """An integer argument as MLX takes it (Python or numpy integers); a TypeError naming it else."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{what}: expected an integer, got {type(value).__name__} {value!r}")
+    return int(value)
 
 
 def scale_dtype(w: QuantizedWeight) -> str:

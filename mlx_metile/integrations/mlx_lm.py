@@ -17,6 +17,8 @@ classes and other models are untouched.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -30,6 +32,7 @@ from .modules import (
     QKVMember,
     carry_back,
     embedding_as_linear,
+    embedding_supported,
     fused_block_call,
     supported,
     swap_class,
@@ -145,6 +148,7 @@ def _discover(
     parts: list[Part] = []
     covered: set[int] = set()  # ids of projections taken by a fusion
     mlp_parts: dict[int, Part] = {}
+    tied = ties_embeddings(model)  # whether an embedding is also the output projection
     for container, key, mod, path in list(_walk(model)):
         if isinstance(mod, PATCHED_TYPES) or hasattr(type(mod), "_metile_kind"):
             declined.append((path, "-", "already patched"))
@@ -187,12 +191,23 @@ def _discover(
                 parts.append(_replace_part(container, key, mod, MetileProjection(mod, max_rows), path, "projection"))
             else:
                 declined.append((path, "projection", "unsupported weight format"))
-        if isinstance(mod, (nn.Embedding, nn.QuantizedEmbedding)) and not hasattr(type(mod), "_metile_kind"):
-            if dense or isinstance(mod, nn.QuantizedEmbedding):
+        if isinstance(mod, (nn.Embedding, nn.QuantizedEmbedding)) and not hasattr(type(mod), "_metile_kind") and tied:
+            if not (dense or isinstance(mod, nn.QuantizedEmbedding)):
+                declined.append((path, "tied_output", DENSE_DECLINED))
+            elif embedding_supported(mod):
                 parts.append(_tied_part(mod, path, max_rows))
             else:
-                declined.append((path, "tied_output", DENSE_DECLINED))
+                declined.append((path, "tied_output", "unsupported weight format"))
     return parts
+
+
+def ties_embeddings(model: nn.Module) -> bool:
+    """Whether the model's output projection is its embedding (`as_linear`): as its arguments say
+    (mlx-lm's `tie_word_embeddings`), else where it has no `lm_head` of its own."""
+    args = getattr(model, "args", None)
+    if args is not None and hasattr(args, "tie_word_embeddings"):
+        return bool(args.tie_word_embeddings)
+    return "lm_head" not in model
 
 
 def _probe(original: nn.Module, replacement: nn.Module, first: nn.Module) -> float:
@@ -344,12 +359,10 @@ def _model_dtype(model: nn.Module) -> mx.Dtype:
 # -- patch -----------------------------------------------------------------------
 def default_max_rows(model: nn.Module | None = None) -> int:
     """Rows up to which patched modules use mlx_metile kernels: 32 on the CPU and Metal
-    paths. On MLX's CUDA backend 32 for models with quantized projections - end to end on
-    the H200 (8B-shaped Llama, bench/results/h200-2026-11-30-session13-generate.md) batch-8
-    decoding ran 3.6-4.6x stock in int4 and 2.5-3.1x in int8, a 32-row verify 2.6-2.7x and 2.4-2.5x - and
-    4 otherwise (dense projections, replaced there only with patch(dense=True)): bf16
-    projections of 8-32 rows were not faster than stock MLX's cuBLAS (0.73x on the 32-row
-    verify, twelfth session)."""
+    paths. On MLX's CUDA backend 32 for models with quantized projections and 4 otherwise
+    (dense projections, replaced there only with patch(dense=True)), where bf16 projections of
+    8-32 rows were not faster than stock MLX's cuBLAS end to end (docs/SCHEDULES.md, "patch on
+    CUDA")."""
     if not _default_device_is_cuda():
         return 32
     quantized = model is not None and any(isinstance(m, nn.QuantizedLinear) for _, _, m, _ in _walk(model))
@@ -358,9 +371,8 @@ def default_max_rows(model: nn.Module | None = None) -> int:
 
 def default_dense() -> bool:
     """Whether patch replaces dense (bf16/f16/f32) projections by default: not on MLX's CUDA
-    backend, where stock MLX's cuBLAS products were faster end to end on the H200 (8B-shaped
-    Llama in bf16, bench/results/h200-2026-11-30-session13-generate.md: batch-1 decoding
-    0.79-0.84x with them replaced; 0.68-0.87x in the twelfth session); everywhere else yes."""
+    backend, where stock MLX's cuBLAS products were faster end to end on the H200 (batch-1
+    decoding of an 8B-shaped bf16 Llama; docs/SCHEDULES.md, "patch on CUDA"); elsewhere yes."""
     return not _default_device_is_cuda()
 
 
@@ -398,16 +410,22 @@ def patch(
       are); None picks default_dense() for the default device. Declined ones are listed in
       the report with the reason.
     fuse_norms: whether a fused block's RMSNorms go into the projections after them where ops
-      fuses them (ops.norm_pays: the input norm into q/k/v; the post-attention norm stays its own
+      fuses them (schedule.norm_pays: the input norm into q/k/v; the post-attention norm stays its own
       op before the SwiGLU gate/up, where fusing measured slower). Off by default: on the H200 a
       32-layer Llama ran within 2% either way at 1-8 rows and 6-9% slower with it at 32 rows.
     Returns a PatchReport (falsy when nothing was replaced) with .restore()."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: expected an mlx.nn.Module, got {type(model).__name__}")
-    if tolerance < 0:
-        raise ValueError(f"tolerance: must be >= 0, got {tolerance}")
+    if isinstance(tolerance, bool) or not isinstance(tolerance, numbers.Real):
+        raise TypeError(f"tolerance: expected a number, got {type(tolerance).__name__}")
+    if not math.isfinite(float(tolerance)) or tolerance < 0:
+        raise ValueError(f"tolerance: must be finite and >= 0, got {tolerance}")
+    tolerance = float(tolerance)
     if max_rows is None:
         max_rows = default_max_rows(model)
+    if isinstance(max_rows, bool) or not isinstance(max_rows, numbers.Integral):
+        raise TypeError(f"max_rows: expected an integer, got {type(max_rows).__name__}")
+    max_rows = int(max_rows)
     if max_rows < 1:
         raise ValueError(f"max_rows: must be >= 1, got {max_rows}")
     if dense is None:

@@ -115,6 +115,14 @@ def supported(layer) -> bool:
     return layer["weight"].dtype in (mx.float32, mx.float16, mx.bfloat16)
 
 
+def embedding_supported(emb) -> bool:
+    """An embedding whose table the output projection can run on: float, or affine 4/8-bit."""
+    if isinstance(emb, nn.QuantizedEmbedding):
+        mode = getattr(emb, "mode", "affine")
+        return mode == "affine" and emb.bits in (4, 8) and emb.group_size in (32, 64, 128)
+    return isinstance(emb, nn.Embedding) and emb["weight"].dtype in (mx.float32, mx.float16, mx.bfloat16)
+
+
 def rows_of(x: mx.array) -> int:
     return math.prod(x.shape[:-1])
 
@@ -264,7 +272,7 @@ def fused_block_call(self, x: mx.array, mask=None, cache=None):
     projection (one kernel and one graph node fewer per block; if the attention returns
     something other than that projection's output, patch's verification declines the block).
     With patch(fuse_norms=True) (off by default) its input RMSNorm goes into the fused q/k/v call
-    where ops fuses it (ops.norm_pays), announced to the group with the norm's output, which the
+    where ops fuses it (schedule.norm_pays), announced to the group with the norm's output, which the
     attention still receives: whatever else it does with it stays correct. The post-attention norm
     stays its own op: ops never fuses a norm before the SwiGLU gate/up (slower on the H200)."""
     attn = self["self_attn"]

@@ -1,40 +1,34 @@
-"""The `mma` schedule (CUDA, sm_80+, 1..32 rows): tensor-core split-K.
+"""The `mma` schedule (CUDA, sm_80+, 1..32 rows): tensor-core split-K, weights loaded by the lanes.
 
-A block of W warps owns T tiles of 16 output columns; warp w takes a contiguous
-range of K chunks (a quantization group, or 32 k of a dense weight), and each
-chunk is one or more `mma.sync.m16n8k16` (f32 accumulate) per tile:
+A block of W warps owns T tiles of 16 output columns; warp w takes a contiguous range of K chunks
+(a quantization group, or 32 k of a dense weight), and each chunk is one or more
+`mma.sync.m16n8k16` (f32 accumulate) per tile:
 
     A (16 x 16): 16 columns x 16 k of the weight - for quantized weights the
                  integers q themselves, exact in bf16/f16 (never s*q+b rounded);
     B (16 x 8):  the same 16 k of 8 rows of x;
     C (16 x 8):  f32, per chunk; then acc += scale * C + bias * sum(x over the group)
 
-so the affine dequantisation is applied per group in f32, after exact integer
-products: y = sum_g s_g * sum_k q_k x_k + b_g * sum_k x_k. The group sums of x
-come from the tensor cores too (A = ones), shared by every tile and weight.
-Lane (g, t) of a warp loads words of columns n0+g and n0+g+8 covering a quarter
-of the group; the k order inside a chunk is free (A and B use the same one),
-and is chosen so that a packed word unpacks into register pairs with two bit
+so the affine dequantisation is applied per group in f32, after exact integer products:
+y = sum_g s_g * sum_k q_k x_k + b_g * sum_k x_k. The group sums of x come from the tensor cores
+too (A = ones), shared by every tile and weight. Lane (g, t) of a warp loads words of columns
+n0+g and n0+g+8 covering a quarter of the group; the k order inside a chunk is free (A and B use
+the same one), and is chosen so that a packed word unpacks into register pairs with two bit
 operations (nibbles j and j+4 of a word form one bf16x2/f16x2 pair).
 
-Loads: each iteration issues the loads of a batch of chunks before their math;
-with a batch of 2 or 4 on an aligned K split, each column's scales and biases
-for the batch come in one 4 or 8-byte load. The first H200 profile (2026-11-29)
-showed L1/TEX at 72% of its throughput: every warp-wide load touches one line
-per column (16), so a 2-byte scale load cost as much L1 work as a weight load.
-(A cp.async ring per warp, and register double-buffering one batch ahead, were
-tried and measured slower: bench/results/h200-sweep-mma2-2026-11-29.json.)
+Loads: each iteration issues the loads of a batch of chunks (Schedule.batch) before their math;
+with a batch of 2 or 4 on an aligned K split, each column's scales and biases for the batch come
+in one 4 or 8-byte load (every warp-wide load touches one cache line per column, so a 2-byte
+scale load costs as much L1 work as a weight load).
 
-The W warps' partial sums are added in warp order through shared memory, and
-warp 0 runs the program's epilogue (bias, SwiGLU, residual, ...) through the
-generic element rendering. A row's value depends only on its own x row, the
-fixed K split and the fixed order, so row invariance holds for 1..32 rows;
-batch and tiles change where loads are issued, not the order of any sum.
+The W warps' partial sums are added in warp order through shared memory, and warp 0 runs the
+program's epilogue (bias, SwiGLU, residual, ...) through the generic element rendering. A row's
+value depends only on its own x row, the fixed K split and the fixed order, so row invariance
+holds for 1..32 rows; batch and tiles change where loads are issued, not the order of any sum.
 
-Accepted: bf16 or f16 activations; a single projection, SwiGLU's gate and up,
-or weights concatenated into one accumulator (fused q/k/v), all of
-one format: 4-bit, 8-bit, or (see dense_mma) dense weights of the
-activation dtype with K a multiple of 32. Other specs use `simd_splitk`.
+Accepted (check_mma_spec): bf16 or f16 activations; a single projection, SwiGLU's gate and up,
+or weights concatenated into one accumulator (fused q/k/v), all of one format: 4-bit, 8-bit, or
+dense weights of the activation dtype with K a multiple of 32. docs/SCHEDULES.md, "mma".
 """
 
 from __future__ import annotations
@@ -162,7 +156,7 @@ class MMALowering(Lowering):
         self.batch = schedule.batch
         self.wide = schedule.wide
         self.q8_split = schedule.q8split
-        # 16-column tiles per K-range warp group; with xshare (lower_mma_xshare) per warp
+        # 16-column tiles per K-range warp group; with xshare (mma_xshare.py) per warp
         self.tiles = schedule.BN // TILE // (schedule.SG if schedule.xshare else 1)
         # K ranges (the sum order) and how many each warp takes, one after the other
         self.splits = schedule.splits or schedule.SG

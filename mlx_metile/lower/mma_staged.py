@@ -1,30 +1,20 @@
 """The `mma` schedule with staged weights (the CUDA default for 4/8-bit and dense weights).
 
-Same math as lower_mma (exact integer MMAs per group, the affine scaling in
-f32 per group, the same lane <-> k mapping), but the weights, scales and biases
-reach the lanes through shared memory:
+Same math as the direct loads (mma.py: exact integer MMAs per group, the affine scaling in f32
+per group, the same lane <-> k mapping), but the weights, scales and biases reach the lanes
+through shared memory:
 
     global --cp.async--> a ring of S stages per warp --shared loads--> lanes
 
-A stage is G groups of the warp's K range for the block's 16 T columns of each
-accumulator (T column tiles: 2 for wide and deep products where the rings fit,
-so that each x value loaded serves both tiles; see column_layout). The copies read each column's stage as one contiguous run
-(64-256 bytes, 16 bytes a lane), so a warp-wide copy touches 4-8 cache lines;
-the lanes' direct loads of lower_mma touch 16 lines per 256 bytes. An H200
-probe of the two access patterns alone (bench/cuda_probe/int4_loads.cu,
-2026-11-29) read 3.4-3.6 TB/s with whole-column runs against 2.2-2.3 TB/s with
-the lanes' pattern. In flight, the copies hold shared memory instead of
-registers: S - 1 stages per warp while it computes one.
-
-Rows of the ring are padded (row_pad) so that the rows a shared load serves at
-once start on disjoint banks: by 32 bytes for 8-byte lane loads, 64 for dense
-weights' 16-byte ones, else 16; 8-bit group 64's 16-byte loads get there by
-swizzling unpadded rows instead (width_swizzle). Until the fourteenth session every format had 16,
-which put neighbouring rows' 8- and 16-byte loads on shared banks (Nsight Compute:
-2.7-way conflicts on the 16-row 4-bit group-64 kernel's shared loads).
-The reduction buffer of the warps' partial sums reuses the ring after the loop.
-The K split (whole stages per warp) depends on the spec alone, so rows stay
-invariant across row buckets as in lower_mma; tiles move loads only.
+A stage is G groups of the warp's K range for the block's 16 T columns of each accumulator. The
+copies read each column's stage as one contiguous run (64-256 bytes, 16 bytes a lane), so a
+warp-wide copy touches 4-8 cache lines where the lanes' direct loads touch 16 lines per 256
+bytes; in flight, the copies hold shared memory instead of registers: S - 1 stages per warp
+while it computes one. Rows of the ring are padded (Schedule.row_pad) or swizzled
+(Schedule.swizzle_mask / swizzle_mult) so that the rows one shared load serves start on disjoint
+banks. The reduction buffer of the warps' partial sums reuses the ring after the loop. The K
+split (whole stages per warp) depends on the spec alone, so rows stay invariant across row
+buckets; tiles move loads only. docs/SCHEDULES.md, "mma staged", gives the figures.
 """
 
 from __future__ import annotations

@@ -1,27 +1,22 @@
-"""The staged `mma` schedule with x shared by a block's warps (CUDA, 16-32 rows): by default
-only for the SwiGLU gate/up of 4-bit group-64/128 weights at 32 rows; MLX_METILE_CUDA_MMA_XSHARE=C (2, 4 or 8
-warps per block; 0 off) for any wide product at 16-32 rows.
+"""The staged `mma` schedule with x shared by a block's warps (CUDA, 16-32 rows): by default only
+for the SwiGLU gate/up of 4-bit group-64/128 weights at 32 rows (Schedule.xshare warps).
 
-In the K-split kernel (lower_mma_staged) every warp of a block takes its own K range of the
-block's columns, so each warp loads its own x - 16-32 rows of it per chunk, from global memory,
-into registers held through a stage (64 of a lane's registers for a 4-bit product at 16 rows;
-178 in all, 2 blocks per SM on the H200) - and x is read once per block of 16-32 columns. Here
-each of the C warps owns its own T 16-column tiles over the whole of K, the block copies each
-stage of x once into shared memory (cp.async, beside the warps' weight rings, one barrier a
-stage), and the warps read a chunk's x from there just before its math: x is read from global
-memory once per C x 16 T columns, its latency hidden by the ring, its registers one chunk's.
-What it costs: one warp per 16 T columns over all of K, so a grid has a quarter of the K-split
-kernel's warps; on 4-bit 4096 -> 14336 at 16 rows its 104 registers would let 4 blocks share
-an SM, but the 224 blocks are 0.42 waves (Nsight Compute, bench/results/ncu/
-h200-2026-11-30-session14-*), and it ran 0.84x. It pays for the 4-bit gate/up at 32 rows,
-whose K-split kernel spills at 255 registers.
+In the K-split kernel (mma_staged.py) every warp of a block takes its own K range of the block's
+columns, so each warp loads its own x - 16-32 rows of it per chunk, into registers held through
+a stage - and x is read once per block of 16-32 columns. Here each of the C warps owns its own T
+16-column tiles over the whole of K, the block copies each stage of x once into shared memory
+(cp.async, beside the warps' weight rings, one barrier a stage), and the warps read a chunk's x
+from there just before its math: x is read from global memory once per C x 16 T columns, its
+latency hidden by the ring, its registers one chunk's. What it costs: one warp per 16 T columns
+over all of K, so a grid has a quarter of the K-split kernel's warps - it pays where the K-split
+kernel spills (docs/SCHEDULES.md, "mma shared x").
 
-The sum order is the K-split kernel's, bit for bit: a warp walks the spec's K ranges (the
-warps' ranges of the K-split kernel) in order with the same per-chunk math, and at the end of
-each range folds its running sums into a total - the first range's sums become the total, each
-later range's are added to it - which is the K-split kernel's reduction, red[0] + red[1] + ...
-left to right, with empty ranges adding +0. So rows stay invariant across row buckets, and the
-outputs equal the K-split kernel's (tests/emu/test_cuda_on_cpu.py).
+The sum order is the K-split kernel's, bit for bit: a warp walks the spec's K ranges (the warps'
+ranges of the K-split kernel) in order with the same per-chunk math, and at the end of each
+range folds its running sums into a total - the first range's sums become the total, each later
+range's are added to it - which is the K-split kernel's reduction, red[0] + red[1] + ... left to
+right, with empty ranges adding +0. So rows stay invariant across row buckets, and the outputs
+equal the K-split kernel's.
 """
 
 from __future__ import annotations
