@@ -32,14 +32,14 @@ def differentiable(
     (the kernel again, on more rows); where a weight is mapped, the reference, vmapped."""
     floats = [i for i, a in enumerate(inputs) if a.dtype in FLOATS]
 
-    def on_floats(primals: Sequence[mx.array]):
+    def on_floats(primals: Sequence[mx.array], which: Sequence[int] = floats):
         def fn(*sub):
             args = list(primals)
-            for i, v in zip(floats, sub):
+            for i, v in zip(which, sub):
                 args[i] = v
             return reference(args)
 
-        return fn, [primals[i] for i in floats]
+        return fn, [primals[i] for i in which]
 
     @mx.custom_function
     def op(*arrays):
@@ -57,10 +57,13 @@ def differentiable(
 
     @op.jvp
     def op_jvp(primals, tangents):
-        fn, sub = on_floats(primals)
-        # (inputs that are not differentiated have no tangent: zeros)
-        tans = [mx.zeros_like(primals[i]) if tangents[i] is None else tangents[i] for i in floats]
-        _, out = mx.jvp(fn, sub, tans)
+        # along the inputs that have a tangent only (MLX's quantized product has no jvp with
+        # respect to scales and biases, so those are not differentiated unless asked)
+        which = [i for i in floats if tangents[i] is not None]
+        if not which:
+            return [mx.zeros_like(o) for o in forward(list(primals))]
+        fn, sub = on_floats(primals, which)
+        _, out = mx.jvp(fn, sub, [tangents[i] for i in which])
         return out
 
     @op.vmap

@@ -46,9 +46,14 @@ def _boolean(name: str, value: str) -> bool:
     raise _fail(name, value, "one of 0/1/true/false/yes/no/on/off")
 
 
+def _digits(value: str) -> bool:
+    """Only ASCII digits (str.isdigit also takes '²', which int() refuses)."""
+    return value.isascii() and value.isdigit()
+
+
 def _count(minimum: int) -> Callable[[str, str], int]:
     def parse(name: str, value: str) -> int:
-        if not value.strip().isdigit() or int(value) < minimum:
+        if not _digits(value.strip()) or int(value) < minimum:
             raise _fail(name, value, f"a whole number >= {minimum}")
         return int(value)
 
@@ -66,7 +71,7 @@ def _choice(*allowed: str) -> Callable[[str, str], str]:
 
 def _int_choice(allowed: tuple[int, ...]) -> Callable[[str, str], int]:
     def parse(name: str, value: str) -> int:
-        if not value.isdigit() or int(value) not in allowed:
+        if not _digits(value) or int(value) not in allowed:
             shown = f"{allowed[0]}..{allowed[-1]}" if len(allowed) > 12 else ", ".join(map(str, allowed))
             raise _fail(name, value, f"one of {shown}")
         return int(value)
@@ -74,6 +79,19 @@ def _int_choice(allowed: tuple[int, ...]) -> Callable[[str, str], int]:
     return parse
 
 
+def _stat_errors(parse: Callable[[str, str], Any]) -> Callable[[str, str], Any]:
+    """A path check whose OSError (a name too long, a loop of links) is a ValueError naming the variable."""
+
+    def checked(name: str, value: str):
+        try:
+            return parse(name, value)
+        except OSError as e:
+            raise ValueError(f"{name}: cannot use {_quote(value)} ({e.strerror or type(e).__name__})") from None
+
+    return checked
+
+
+@_stat_errors
 def _executable(name: str, value: str) -> str:
     """A program: a path, or a name found on PATH; an existing, executable regular file."""
     if value.startswith("-"):
@@ -89,12 +107,14 @@ def _executable(name: str, value: str) -> str:
     return str(path)
 
 
+@_stat_errors
 def _existing_file(name: str, value: str) -> str:
     if value.startswith("-") or not Path(value).is_file():
         raise _fail(name, value, "the path of an existing file")
     return value
 
 
+@_stat_errors
 def _directory(name: str, value: str) -> Path:
     """A directory to use (it need not exist yet); never something that reads as an option."""
     if value.startswith("-") or "\0" in value:
@@ -105,6 +125,7 @@ def _directory(name: str, value: str) -> Path:
     return path
 
 
+@_stat_errors
 def _existing_dir(name: str, value: str) -> str:
     if value.startswith("-") or not Path(value).is_dir():
         raise _fail(name, value, "an existing directory")
@@ -115,7 +136,7 @@ _ARCH = re.compile(r"^(sm|compute)_(\d+)[a-z]?$")
 
 
 def _cuda_arch(name: str, value: str) -> str:
-    if not _ARCH.match(value):
+    if not _ARCH.fullmatch(value):
         raise _fail(name, value, "sm_NN or compute_NN (e.g. sm_90, compute_80)")
     return value
 
@@ -138,7 +159,7 @@ def _cuda_tune(name: str, value: str) -> tuple[tuple[str, int], ...]:
     out: dict[str, int] = {}
     for item in filter(None, value.split(",")):
         key, _, v = item.partition("=")
-        if key.strip() not in TUNE_KEYS or not v.strip().isdigit() or int(v) < 1:
+        if key.strip() not in TUNE_KEYS or not _digits(v.strip()) or int(v) < 1:
             raise ValueError(f"{name}: cannot use {_quote(item)}; expected e.g. sg=4,budget=48,nc=4")
         out[key.strip()] = int(v)
     if out.get("sg", 1) > 32:

@@ -33,5 +33,5 @@ def device_arch() -> str | None:
         arch = str(mx.device_info(mx.gpu).get("architecture", ""))
     except (RuntimeError, ValueError, TypeError):  # (an MLX that cannot say: the default)
         return None
-    match = ARCH_PATTERN.match(arch)
+    match = ARCH_PATTERN.fullmatch(arch)
     return arch if match and match.group(1) == "sm" else None

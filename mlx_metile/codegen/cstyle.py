@@ -9,6 +9,7 @@ whose text would parse otherwise is refused (`AmbiguousExpr`), see ast.py.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from .ast import (
     POSTFIX,
@@ -265,11 +266,14 @@ class CStyleRenderer:
         if isinstance(s, Comment):
             return f"// {s.text}"
         if isinstance(s, Decl):
-            t = self.type_name(s.dtype)
+            const, dtype = s.const, s.dtype
+            if const and isinstance(dtype, PtrType):  # a pointer that does not change: T* const
+                const, dtype = False, replace(dtype, const=True)
+            t = self.type_name(dtype)
             dims = "".join(f"[{d}]" for d in s.dims)
             init = f" = {self.expr(s.init)}" if s.init is not None else ""
             space = f"{self.shared_space} " if s.shared else ""
-            return f"{space}{'const ' if s.const else ''}{t} {s.name}{dims}{init};"
+            return f"{space}{'const ' if const else ''}{t} {s.name}{dims}{init};"
         if isinstance(s, Decls):
             t = self.type_name(s.dtype)
             items = ", ".join(n if i is None else f"{n} = {self.expr(i)}" for n, i in s.items)

@@ -41,7 +41,7 @@ LAYOUT_SMS = 132  # the H200's SMs: the grid size the column layouts were measur
 
 def arch_number(arch: str) -> int:
     """NN of sm_NN / compute_NN."""
-    match = ARCH_PATTERN.match(arch)
+    match = ARCH_PATTERN.fullmatch(arch)
     if not match:
         raise ValueError(f"CUDA architecture: expected sm_NN or compute_NN, got {arch!r}")
     return int(match.group(2))
