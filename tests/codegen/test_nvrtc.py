@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_metile.runtime import compile_projection
-from mlx_metile.runtime import cuda as cuda_runtime
-from mlx_metile.runtime.artifact import Artifact
-from mlx_metile.runtime.nvrtc import find_nvrtc, include_dirs
-from mlx_metile.spec import ProjectionSpec, WeightFormat
+from mlx_metile.artifact import Artifact
+from mlx_metile.backends import cuda_compile
+from mlx_metile.backends.nvrtc import find_nvrtc, include_dirs
+from mlx_metile.formats import WeightFormat
+from mlx_metile.spec import ProjectionSpec
+
+from ..helpers import artifact
 
 pytestmark = pytest.mark.skipif(
     find_nvrtc() is None or not include_dirs(), reason="NVRTC or the CUDA headers (nvidia-cuda-runtime) missing"
@@ -18,15 +20,13 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture
-def nvrtc(monkeypatch, tmp_path):
-    monkeypatch.setenv("MLX_METILE_CUDA_COMPILER", "nvrtc")
-    monkeypatch.setenv("MLX_METILE_CACHE", str(tmp_path))  # compile, do not reuse nvcc's cubins
-    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
-    cuda_runtime.ptx.cache_clear()
-    compile_projection.cache_clear()
+def nvrtc(env, tmp_path):
+    env.set("MLX_METILE_CUDA_COMPILER", "nvrtc")
+    env.set("MLX_METILE_CACHE", str(tmp_path))  # compile, do not reuse nvcc's cubins
+    env.set("MLX_METILE_CUDA_ARCH", "sm_90")
+    cuda_compile.ptx.cache_clear()  # (binaries in memory are keyed by artifact and arch, not compiler)
     yield
-    cuda_runtime.ptx.cache_clear()
-    compile_projection.cache_clear()
+    cuda_compile.ptx.cache_clear()
 
 
 CASES = [
@@ -41,16 +41,16 @@ CASES = [
 
 @pytest.mark.parametrize("spec,bucket,kind", CASES, ids=[f"{c[2]}-{c[0].name()}" for c in CASES])
 def test_nvrtc_compiles_each_schedule(nvrtc, spec, bucket, kind):
-    assert cuda_runtime.compiler()[0] == "nvrtc"
-    art = compile_projection(spec, bucket, "cuda")
+    assert cuda_compile.compiler()[0] == "nvrtc"
+    art = artifact(spec, bucket, "cuda")
     assert art.schedule.kind == kind
-    assert cuda_runtime.ptx(art, "sm_90")[:4] == b"\x7fELF"
-    text = cuda_runtime.ptx(art, "compute_75" if kind != "mma" else "compute_80").decode()
+    assert cuda_compile.ptx(art, "sm_90")[:4] == b"\x7fELF"
+    text = cuda_compile.ptx(art, "compute_75" if kind != "mma" else "compute_80").decode()
     assert f".visible .entry {art.entry}(" in text and not text.endswith("\0")
 
 
 def test_nvrtc_reports_the_compile_log(nvrtc):
-    good = compile_projection(CASES[0][0], 4, "cuda")
+    good = artifact(CASES[0][0], 4, "cuda")
     bad = Artifact(
         "cuda",
         good.source.replace("const int pid0", "const int pid0 = undeclared_name;//"),
@@ -58,6 +58,6 @@ def test_nvrtc_reports_the_compile_log(nvrtc):
         good.schedule,
         good.params,
     )
-    with pytest.raises(cuda_runtime.CudaCompileError, match="undeclared_name") as info:
-        cuda_runtime.ptx(bad, "sm_90")
+    with pytest.raises(cuda_compile.CudaCompileError, match="undeclared_name") as info:
+        cuda_compile.ptx(bad, "sm_90")
     assert "built for sm_90" in str(info.value) and "MLX_METILE_CUDA_ARCH=compute_NN" in str(info.value)

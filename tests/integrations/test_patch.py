@@ -275,13 +275,13 @@ def test_arrays_set_on_a_fused_mlps_projections_reach_the_kernels():
 def test_default_max_rows_by_backend_and_format(monkeypatch):
     """32 rows on the CPU; on MLX's CUDA backend 32 for quantized models and 4 for dense ones
     (the H200 end-to-end measurements in default_max_rows' docstring)."""
-    from mlx_metile import ops
+    from mlx_metile import dispatch
     from mlx_metile.integrations import mlx_lm as integration
 
     quantized, dense = make("llama", "q4g64"), make("llama", "bfloat16")
     assert integration.default_max_rows(quantized) == integration.default_max_rows(dense) == 32
     monkeypatch.setattr(mx, "default_device", lambda: mx.Device(mx.DeviceType.gpu))
-    monkeypatch.setattr(ops, "_gpu_backend", lambda: "cuda")
+    monkeypatch.setattr(dispatch, "gpu_backend", lambda: "cuda")
     assert integration.default_max_rows(quantized) == 32
     assert integration.default_max_rows(dense) == 4
     assert integration.default_max_rows() == 4
@@ -291,12 +291,12 @@ def test_dense_projections_stay_stock_on_cuda_unless_asked(monkeypatch):
     """On MLX's CUDA backend patch leaves dense projections to stock MLX by default (listing
     each declined group with the reason) and replaces them with dense=True; quantized models
     are patched as before; elsewhere dense projections are replaced by default."""
-    from mlx_metile import ops
+    from mlx_metile import dispatch
     from mlx_metile.integrations import mlx_lm as integration
 
     assert integration.default_dense()
     monkeypatch.setattr(mx, "default_device", lambda: mx.Device(mx.DeviceType.gpu))
-    monkeypatch.setattr(ops, "_gpu_backend", lambda: "cuda")
+    monkeypatch.setattr(dispatch, "gpu_backend", lambda: "cuda")
     assert not integration.default_dense()
     dense = make("llama", "bfloat16")
     report = mt.patch(dense, verify=False)
@@ -354,7 +354,7 @@ def test_the_input_norm_goes_into_qkv_and_the_attention_still_gets_its_output(mo
 
 def test_the_norms_stay_separate_ops_unless_fuse_norms_is_set():
     """patch's default (fuse_norms=False): the q/k/v Projection is not given the input norm (it is
-    with fuse_norms=True; gate/up never is: ops.norm_pays), both models verify, and the argument
+    with fuse_norms=True; gate/up never is: schedule.norm_pays), both models verify, and the argument
     is checked by name."""
     fused, apart = make("llama", "q4g64-bf16"), make("llama", "q4g64-bf16")
     assert mt.patch(fused, fuse_norms=True) and mt.patch(apart)
@@ -362,6 +362,6 @@ def test_the_norms_stay_separate_ops_unless_fuse_norms_is_set():
         integration.synthetic_logits(model)
         layer = model.model.layers[0]
         projections = (layer.self_attn.q_proj.group.projection.projection, layer.mlp.gate_up.projection)
-        assert [p.norm is not None for p in projections] == [with_norm, False]  # (gate/up: ops.norm_pays)
+        assert [p.norm is not None for p in projections] == [with_norm, False]  # (gate/up: schedule.norm_pays)
     with pytest.raises(TypeError, match="fuse_norms: expected True or False"):
         mt.patch(make("llama", "q4g64"), fuse_norms="yes")

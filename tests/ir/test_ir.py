@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 
+from mlx_metile import kernels  # (the top-level kernels/, installed as mlx_metile.kernels)
+from mlx_metile.formats import WeightFormat
 from mlx_metile.ir import Builder, VerifyError, bind_meta, format_program, interpret, verify
 from mlx_metile.ir.numerics import bf16_bits_to_f32, f32_to_bf16_bits
-from mlx_metile.kernels import projection_program
-from mlx_metile.spec import ProjectionSpec, WeightFormat
+from mlx_metile.spec import ProjectionSpec
 
 
 def _vector_add():
@@ -62,7 +63,9 @@ def test_interpreter_bounds_checks_unmasked_loads():
 
 def test_printer_shows_loop_and_types():
     text = format_program(
-        bind_meta(projection_program(ProjectionSpec("bf16", (WeightFormat("bf16"),))), {"BM": 4, "BN": 8, "BK": 256})
+        bind_meta(
+            kernels.projection_program(ProjectionSpec("bf16", (WeightFormat("bf16"),))), {"BM": 4, "BN": 8, "BK": 256}
+        )
     )
     assert "program proj_bf16_bf16(x: bf16*, w0: bf16*, y0: bf16* out, M: i32, K: i32, N0: i32)" in text
     assert "= for %k0 in range(" in text and "dot(" in text and ": f32[4, 8]" in text
@@ -78,7 +81,7 @@ def test_projection_program_interpreted_matches_numpy(act):
     rng = np.random.default_rng(0)
     M, K, N = 5, 70, 19
     spec = ProjectionSpec(act, (WeightFormat(act, has_bias=True, bias_dtype="f32"),), epilogue="gelu")
-    prog = bind_meta(projection_program(spec), {"BM": 4, "BN": 8, "BK": 32})
+    prog = bind_meta(kernels.projection_program(spec), {"BM": 4, "BN": 8, "BK": 32})
     verify(prog)
     x = rng.standard_normal((M, K)).astype(np.float32)
     w = (rng.standard_normal((N, K)) * 0.1).astype(np.float32)

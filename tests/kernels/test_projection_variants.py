@@ -79,9 +79,9 @@ def mixed_cases() -> dict[str, Case]:
     }
 
 
-def _both_paths(case: Case, monkeypatch, emulate: bool) -> None:
+def _both_paths(case: Case, env, emulate: bool) -> None:
     if emulate:
-        monkeypatch.setenv("MLX_METILE_EMULATE", "1")
+        env.set("MLX_METILE_EMULATE", "1")
     for rows in ROWS:
         check(case, rows)
     _assert_row_invariant(case)
@@ -91,15 +91,15 @@ def _both_paths(case: Case, monkeypatch, emulate: bool) -> None:
 @pytest.mark.parametrize("act", ACT)
 @pytest.mark.parametrize("group", [32, 64, 128])
 @pytest.mark.parametrize("nbits", [4, 8])
-def test_quantized_emulated(act, group, nbits, monkeypatch):
-    _both_paths(quantized_case(act, nbits, group), monkeypatch, emulate=True)
+def test_quantized_emulated(act, group, nbits, env):
+    _both_paths(quantized_case(act, nbits, group), env, emulate=True)
 
 
 @pytest.mark.parametrize("act", ACT)
 @pytest.mark.parametrize("group", [32, 64, 128])
 @pytest.mark.parametrize("nbits", [4, 8])
-def test_quantized_cpu(act, group, nbits, monkeypatch):
-    _both_paths(quantized_case(act, nbits, group), monkeypatch, emulate=False)
+def test_quantized_cpu(act, group, nbits, env):
+    _both_paths(quantized_case(act, nbits, group), env, emulate=False)
 
 
 EPILOGUES = [(None, False), ("swiglu", False), ("gelu", False), ("gelu_approx", False), ("silu", False), (None, True)]
@@ -108,25 +108,25 @@ EPILOGUES = [(None, False), ("swiglu", False), ("gelu", False), ("gelu_approx", 
 @requires_emulator
 @pytest.mark.parametrize("act", ACT)
 @pytest.mark.parametrize("epilogue,residual", EPILOGUES)
-def test_epilogues_emulated(act, epilogue, residual, monkeypatch):
-    _both_paths(epilogue_case(act, epilogue, residual), monkeypatch, emulate=True)
+def test_epilogues_emulated(act, epilogue, residual, env):
+    _both_paths(epilogue_case(act, epilogue, residual), env, emulate=True)
 
 
 @pytest.mark.parametrize("act", ACT)
 @pytest.mark.parametrize("epilogue,residual", EPILOGUES)
-def test_epilogues_cpu(act, epilogue, residual, monkeypatch):
-    _both_paths(epilogue_case(act, epilogue, residual), monkeypatch, emulate=False)
+def test_epilogues_cpu(act, epilogue, residual, env):
+    _both_paths(epilogue_case(act, epilogue, residual), env, emulate=False)
 
 
 @requires_emulator
 @pytest.mark.parametrize("name", list(mixed_cases()))
-def test_mixed_fusions_emulated(name, monkeypatch):
-    _both_paths(mixed_cases()[name], monkeypatch, emulate=True)
+def test_mixed_fusions_emulated(name, env):
+    _both_paths(mixed_cases()[name], env, emulate=True)
 
 
 @pytest.mark.parametrize("name", list(mixed_cases()))
-def test_mixed_fusions_cpu(name, monkeypatch):
-    _both_paths(mixed_cases()[name], monkeypatch, emulate=False)
+def test_mixed_fusions_cpu(name, env):
+    _both_paths(mixed_cases()[name], env, emulate=False)
 
 
 @pytest.mark.parametrize("nbits,group", [(4, 64), (8, 128)])

@@ -9,12 +9,13 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlx_metile.compiler.schedule import TILED_BUCKET, row_bucket
 from mlx_metile.emu import Kernel
-from mlx_metile.runtime import compile_projection
-from mlx_metile.spec import ProjectionSpec, WeightFormat
+from mlx_metile.formats import WeightFormat
+from mlx_metile.schedule import TILED_BUCKET
+from mlx_metile.spec import ProjectionSpec
 
 from ..conftest import requires_emulator
+from ..helpers import artifact as compiled
 from ..helpers import bits, rand
 from .cases import Case, check, quantized_weight
 
@@ -52,8 +53,8 @@ def _as_list(o):
 
 
 @pytest.mark.parametrize("name", list(_cases()))
-def test_tiled_matches_reference_and_split_k_bits(name, monkeypatch):
-    monkeypatch.setenv("MLX_METILE_EMULATE", "1")
+def test_tiled_matches_reference_and_split_k_bits(name, env):
+    env.set("MLX_METILE_EMULATE", "1")
     case = _cases()[name]
     for rows in (33, 64, ROWS):
         check(case, rows)
@@ -75,7 +76,7 @@ def test_tiled_reads_weights_once_per_row_tile(bits_, group):
     q, s, b = mx.quantize(rand((n, k), mx.bfloat16, 1, 0.1), group_size=group, bits=bits_)
     weights = {"w0": _np(q), "scales0": _np(s), "biases0": _np(b)}
     for rows in (33, 64, 65, 130):
-        artifact = compile_projection(spec, row_bucket(rows))
+        artifact = compiled(spec, rows, K=k, columns=n)
         assert artifact.schedule.kind == "tiled"
         kernel = Kernel(artifact.source, artifact.entry)
         bufs = {"x": _np(rand((rows, k), mx.bfloat16, 2)), **weights, "y0": np.zeros((rows, n), np.uint16)}

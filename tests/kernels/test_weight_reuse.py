@@ -8,12 +8,12 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlx_metile.compiler.schedule import row_bucket
 from mlx_metile.emu import Kernel
-from mlx_metile.runtime import compile_projection
-from mlx_metile.spec import ProjectionSpec, WeightFormat
+from mlx_metile.formats import WeightFormat
+from mlx_metile.spec import ProjectionSpec
 
 from ..conftest import requires_emulator
+from ..helpers import artifact as compiled
 
 pytestmark = requires_emulator
 K, N = 512, 48
@@ -59,7 +59,7 @@ def test_each_weight_byte_is_read_once_per_call(name):
     weight_names = [k for k in arrays]
     cols = ns[0] if spec.epilogue == "swiglu" else sum(ns)
     for rows in range(1, 33):
-        artifact = compile_projection(spec, row_bucket(rows))
+        artifact = compiled(spec, rows, K=K, columns=cols)
         kernel = Kernel(artifact.source, artifact.entry)
         x = _np(mx.random.normal((rows, K)).astype(mx.bfloat16))
         bufs = {"x": x, **arrays}

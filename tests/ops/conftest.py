@@ -5,8 +5,8 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-import mlx_metile.runtime.cuda as cuda_runtime
-from mlx_metile import ops
+from mlx_metile import dispatch
+from mlx_metile.backends import cuda_compile
 
 
 @pytest.fixture
@@ -20,9 +20,9 @@ def fake_cuda(monkeypatch):
         # stands in for the kernel (zeros of the requested shapes): only the plumbing is under test
         return [mx.zeros(shape, dtype) for shape, dtype in zip(kw["output_shapes"], kw["output_dtypes"])]
 
-    monkeypatch.setattr(ops, "_backend", lambda stream: "cuda")
+    monkeypatch.setattr(dispatch, "backend_of", lambda stream: "cuda")
     monkeypatch.setattr(mx.fast, "precompiled_cuda_kernel", precompiled_cuda_kernel)
-    monkeypatch.setattr(cuda_runtime, "ptx", lambda artifact, arch=None: b"PTX:" + artifact.entry.encode())
-    ops.clear_kernel_caches()
+    monkeypatch.setattr(cuda_compile, "ptx", lambda artifact, arch=None: b"PTX:" + artifact.entry.encode())
+    dispatch.clear_kernel_caches()
     yield calls
-    ops.clear_kernel_caches()
+    dispatch.clear_kernel_caches()

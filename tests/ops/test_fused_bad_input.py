@@ -1,6 +1,9 @@
 """Bad input to the quantized and fused ops: a ValueError / TypeError naming the argument."""
 
+import weakref
+
 import mlx.core as mx
+import numpy as np
 import pytest
 
 import mlx_metile as mt
@@ -38,14 +41,14 @@ def test_validation_is_skipped_only_for_the_same_live_arrays(monkeypatch):
     """QuantizedWeight validates a given (w, scales, biases, group, bits) once: a
     repeat with the same objects skips it, anything else - other arrays, other
     settings, or an id reused by a new object after the old one died - validates."""
-    from mlx_metile import ops
+    from mlx_metile.formats import affine
 
-    monkeypatch.setattr(ops, "_VALIDATED", {})
+    monkeypatch.setattr(affine, "_VALIDATED", {})
     w, s, b = _q()
     mt.QuantizedWeight(w, s, b)
-    assert len(ops._VALIDATED) == 1
+    assert len(affine._VALIDATED) == 1
     mt.QuantizedWeight(w, s, b)  # same objects: no new entry
-    assert len(ops._VALIDATED) == 1
+    assert len(affine._VALIDATED) == 1
     with pytest.raises(ValueError, match="group_size: K=128 .* is not a multiple of 128|scales: expected shape"):
         mt.QuantizedWeight(w, s, b, group_size=128)
     with pytest.raises(ValueError, match=r"scales: expected shape \(8, 2\)"):
@@ -54,7 +57,8 @@ def test_validation_is_skipped_only_for_the_same_live_arrays(monkeypatch):
     # reused): not trusted
     bad = s[:, :1]
     other = mx.zeros((1,))
-    ops._VALIDATED[(id(w), id(bad), id(b), 64, 4)] = tuple(ops.weakref.ref(other) for _ in range(3))
+    signature = affine._VALIDATED[(id(w), id(s), id(b), 64, 4)][3]
+    affine._VALIDATED[(id(w), id(bad), id(b), 64, 4)] = (*(weakref.ref(other) for _ in range(3)), signature)
     with pytest.raises(ValueError, match=r"scales: expected shape \(8, 2\)"):
         mt.QuantizedWeight(w, bad, b)
 
@@ -78,3 +82,19 @@ def test_fused_argument_errors():
         mt.fused_linear(x, [a, b], biases=[None])
     with pytest.raises(TypeError, match="weights: expected a list or tuple"):
         mt.fused_linear(x, a)
+
+
+def test_rms_norm_arguments_are_checked_by_name():
+    x = rand((2, 64), mx.float32, 1)
+    w = rand((16, 64), mx.float32, 2)
+    g = rand((64,), mx.float32, 3)
+    with pytest.raises(ValueError, match=r"norm\[0\]: expected the RMSNorm weight of shape \(64,\)"):
+        mt.fused_linear(x, [w], norm=(g[:8], 1e-5))
+    with pytest.raises(ValueError, match=r"norm\[1\]: expected a positive finite eps"):
+        mt.fused_linear(x, [w], norm=(g, 0.0))
+    with pytest.raises(TypeError, match="norm: expected"):
+        mt.fused_linear(x, [w], norm=g)
+    # off CUDA the norm is mx.fast.rms_norm, then the projection: the same bits
+    got = mt.fused_linear(x, [w], norm=(g, 1e-5))
+    want = mt.fused_linear(mx.fast.rms_norm(x, g, 1e-5), [w])
+    assert np.array_equal(np.array(got), np.array(want))

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import mlx_metile as mt
-from mlx_metile.ops import _compiled
-from mlx_metile.runtime import compile_projection
+from mlx_metile.dispatch import _compiled
+from mlx_metile.pipeline import compile_projection
 
 from ..conftest import requires_emulator
 from ..helpers import SIGNIFICAND, assert_close, bits, f64, projection_tolerance, rand
@@ -37,10 +37,10 @@ def test_cpu_path_matches_mlx(dtype, with_bias, rows):
 @requires_emulator
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_emulated_msl_every_row_count(dtype, with_bias, monkeypatch):
+def test_emulated_msl_every_row_count(dtype, with_bias, env):
     """The generated MSL, run by the emulator through the primitive, for rows 1..33
     with K and N not multiples of any tile size."""
-    monkeypatch.setenv("MLX_METILE_EMULATE", "1")
+    env.set("MLX_METILE_EMULATE", "1")
     K, N = 67, 37
     w = rand((N, K), dtype, 5, 0.2)
     b = rand((N,), dtype, 6) if with_bias else None
@@ -176,9 +176,9 @@ def test_bad_bias_and_float64():
 
 
 def test_operands_beyond_int32_indexing_take_the_stock_path(monkeypatch):
-    from mlx_metile import ops
+    from mlx_metile import dispatch
 
-    monkeypatch.setattr(ops, "_INDEX_LIMIT", 100)  # as if the operands were > 2**31 elements
+    monkeypatch.setattr(dispatch, "INDEX_LIMIT", 100)  # as if the operands were > 2**31 elements
     x = rand((3, 16), mx.float32, 1)
     w = rand((8, 16), mx.float32, 2)
     with mt.trace() as t:

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import mlx_metile as mt
-from mlx_metile import ops
+from mlx_metile import dispatch
+from mlx_metile import projection as projection_module
 
 from ..helpers import assert_close, bits, f64, projection_tolerance, rand
 
@@ -53,13 +54,13 @@ def test_projection_argument_errors():
         mt.Projection([w])(rand((2, 12), mx.float32, 2))
 
 
-def test_planned_calls_launch_without_the_full_path(fake_cuda, monkeypatch):
+def test_planned_calls_launch_without_the_full_path(fake_cuda, monkeypatch, env):
     k, n = 256, 48
     gate, up = _quantized(n, k, 2), _quantized(n, k, 3)
     swiglu = mt.Projection([gate, up], epilogue="swiglu")
     full = []
-    project = ops._project
-    monkeypatch.setattr(ops, "_project", lambda *a: full.append(a[1].shape) or project(*a))
+    project = projection_module.project  # the checked path a Projection call takes without a plan
+    monkeypatch.setattr(projection_module, "project", lambda *a: full.append(a[1].shape) or project(*a))
     xs = [rand((2, 3, k), mx.bfloat16, s) for s in (4, 5, 6)]
     outs = [swiglu(x) for x in xs]
     assert full == [(2, 3, k)] and len(fake_cuda) == 3  # one checked call, then its plan
@@ -78,10 +79,10 @@ def test_planned_calls_launch_without_the_full_path(fake_cuda, monkeypatch):
     assert [r.backend for r in t.records] == ["cuda"] and len(full) == 3
     swiglu(xs[0], stream=mx.default_stream(mx.default_device()))  # an explicit stream: full path
     assert len(full) == 4
-    ops.clear_kernel_caches()  # the kernels may change with the settings: plans are dropped
+    dispatch.clear_kernel_caches()  # plans are dropped with the kernels
     swiglu(xs[0])
     assert len(full) == 5
-    monkeypatch.setenv("MLX_METILE_CUDA_MAX_ROWS", "4")  # settings read per call still apply
+    env.set("MLX_METILE_CUDA_MAX_ROWS", "4")  # a settings change reaches planned shapes too
     launches = len(fake_cuda)
     swiglu(xs[0])
     assert len(full) == 6 and len(fake_cuda) == launches  # 6 rows > 4: stock MLX

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 import mlx_metile as mt
-from mlx_metile import ops
-from mlx_metile.runtime import compile_projection
+from mlx_metile import dispatch
+from mlx_metile.backends import cuda_launch
+from mlx_metile.backends.cuda_device import build_target
+from mlx_metile.schedule import NORM_FUSED_MAX_COLUMNS
 
 from ..helpers import rand
 
@@ -42,12 +44,11 @@ def test_swiglu_launch_arguments(fake_cuda):
     assert [r.backend for r in t.records] == ["cuda"]
 
 
-def test_rings_over_48_kb_are_launched_with_their_dynamic_shared_memory(fake_cuda, monkeypatch):
+def test_rings_over_48_kb_are_launched_with_their_dynamic_shared_memory(fake_cuda, env):
     """MLX_METILE_CUDA_MMA_SMEM=96: SwiGLU's rings of two tiles (88 KB) are dynamic shared
     memory, and the launch asks MLX for exactly the bytes the kernel declares it uses."""
-    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
-    monkeypatch.setenv("MLX_METILE_CUDA_MMA_SMEM", "96")
-    compile_projection.cache_clear()
+    env.set("MLX_METILE_CUDA_ARCH", "sm_90")
+    env.set("MLX_METILE_CUDA_MMA_SMEM", "96")
     k, n = 4096, 8448
     x = rand((2, k), mx.bfloat16, 1)
     w = [
@@ -59,16 +60,16 @@ def test_rings_over_48_kb_are_launched_with_their_dynamic_shared_memory(fake_cud
     # 4 warps x 2 stages x 64 ring rows x (128 weight bytes + 32 padding + 8 + 8 of scales and biases)
     assert kw["shared_memory"] == 4 * 2 * 64 * (128 + 32 + 16)
     assert kw["grid"][0] // kw["threadgroup"][0] == n // 32  # two 16-column tiles per block
-    compile_projection.cache_clear()
 
 
 def test_wide_deep_products_take_two_column_tiles_per_block(fake_cuda):
-    """Products of NARROW_COLUMNS columns or more over K >= SHORT_K launch blocks of 32
+    """Products of narrow_columns(SMs) columns or more over K >= SHORT_K launch blocks of 32
     columns (2 tiles on the staged ring); narrower or shallower ones blocks of 16 - but single
     group-64 products over 2048 <= K < SHORT_K whose one-tile grids take 2-4 blocks per SM
-    (ONE_TILE_WIDE), which take 2 tiles in every row bucket (lower_mma_staged.bucket_layout)."""
-    from mlx_metile.compiler.lower_mma_staged import NARROW_COLUMNS, SHORT_K
+    (ONE_TILE_WIDE), which take 2 tiles in every row bucket (schedule.cuda_layouts.bucket_layout)."""
+    from mlx_metile.schedule.cuda_layouts import SHORT_K, narrow_columns
 
+    NARROW_COLUMNS = narrow_columns(build_target().layout_sms)
     x = rand((2, SHORT_K), mx.bfloat16, 1)
     w = rand((NARROW_COLUMNS, SHORT_K), mx.bfloat16, 2, 0.1)
     q = mx.quantize(w, group_size=64, bits=4)
@@ -88,7 +89,7 @@ def test_wide_deep_products_take_two_column_tiles_per_block(fake_cuda):
 
 
 def test_wide_quantized_products_over_a_k_of_2048_to_4096_take_two_tiles(fake_cuda):
-    """lower_mma_staged.QUANTIZED_SHORT_K: a single product of 4/8-bit weights over 2048 <= K < SHORT_K
+    """schedule.cuda_layouts.QUANTIZED_SHORT_K: a single product of 4/8-bit weights over 2048 <= K < SHORT_K
     whose one-tile grid would exceed 5 blocks per SM launches blocks of 32 columns (TILES); its SwiGLU
     form, dense weights and K = 1536 keep blocks of 16."""
     n, k = 11008, 2048
@@ -108,20 +109,20 @@ def test_wide_quantized_products_over_a_k_of_2048_to_4096_take_two_tiles(fake_cu
         assert kw["grid"][0] // kw["threadgroup"][0] == -(-n // per_block), i
 
 
-def test_more_than_32_rows_run_stock_mlx(fake_cuda, monkeypatch):
+def test_more_than_32_rows_run_stock_mlx(fake_cuda, env):
     x = rand((40, 64), mx.float32, 1)
     w = rand((8, 64), mx.float32, 2)
     with mt.trace() as t:
         y = mt.linear(x, w)
     assert not fake_cuda and [r.backend for r in t.records] == ["mlx"]
     np.testing.assert_allclose(np.array(y), np.array(x @ w.T), rtol=1e-6, atol=1e-6)
-    monkeypatch.setenv("MLX_METILE_CUDA_MAX_ROWS", "64")
+    env.set("MLX_METILE_CUDA_MAX_ROWS", "64")
     with mt.trace() as t:
         mt.linear(x, w)
     assert len(fake_cuda) == 1 and [r.backend for r in t.records] == ["cuda"]
 
 
-def test_gradients_are_opt_in(fake_cuda, monkeypatch):
+def test_gradients_are_opt_in(fake_cuda, env):
     x = rand((2, 64), mx.float32, 1)
     w = rand((8, 64), mx.float32, 2)
     cot = rand((2, 8), mx.float32, 3)
@@ -129,12 +130,12 @@ def test_gradients_are_opt_in(fake_cuda, monkeypatch):
     def loss(x):
         return (mt.linear(x, w) * cot).sum()
 
-    monkeypatch.setenv("MLX_METILE_CUDA_GRADIENTS", "1")
+    env.set("MLX_METILE_CUDA_GRADIENTS", "1")
     got = mx.grad(loss)(x)
     np.testing.assert_allclose(np.array(got), np.array(cot @ w), rtol=1e-6, atol=1e-6)
 
 
-def test_repeated_calls_reuse_their_plan_and_still_check_new_shapes(fake_cuda, monkeypatch):
+def test_repeated_calls_reuse_their_plan_and_still_check_new_shapes(fake_cuda, env):
     """A call like an earlier one (same shapes, dtypes and settings) launches with that
     call's arguments and its own arrays, without re-checking; a new shape, dtype or
     setting takes the full path - which still rejects bad arguments."""
@@ -143,25 +144,25 @@ def test_repeated_calls_reuse_their_plan_and_still_check_new_shapes(fake_cuda, m
     bias = rand((n,), mx.float16, 3)
     xs = [rand((2, 3, k), mx.float16, s) for s in (4, 5)]
     outs = [mt.linear(x, w, bias) for x in xs]
-    assert len(ops._PLANS) == 1 and len(fake_cuda) == 2
+    assert len(dispatch._PLANS) == 1 and len(fake_cuda) == 2
     first, second = fake_cuda
     assert {a: v for a, v in first.items() if a != "inputs"} == {a: v for a, v in second.items() if a != "inputs"}
     assert second["inputs"][1] is w and second["inputs"][2] is bias
     assert second["inputs"][0] is xs[1]  # x as given: no reshape node (the kernel reads rows of any shape)
     assert second["output_shapes"] == [(2, 3, n)] and all(y.shape == (2, 3, n) for y in outs)
     mt.linear(xs[0].astype(mx.float32), w, bias)  # new dtype: a second plan, x in f32 (MLX's promotion)
-    assert len(ops._PLANS) == 2 and fake_cuda[-1]["output_dtypes"] == [mx.float32]
+    assert len(dispatch._PLANS) == 2 and fake_cuda[-1]["output_dtypes"] == [mx.float32]
     with pytest.raises(ValueError, match="bias: expected shape"):
         mt.linear(xs[0], w, bias[:-1])
     with mt.trace() as t:  # traced calls take the full path, which records them
         mt.linear(xs[0], w, bias)
     assert [r.backend for r in t.records] == ["cuda"]
-    monkeypatch.setenv("MLX_METILE_CUDA_MAX_ROWS", "4")  # settings read per call still apply
+    env.set("MLX_METILE_CUDA_MAX_ROWS", "4")  # a settings change reaches planned shapes too
     calls = len(fake_cuda)
     mt.linear(xs[0], w, bias)
     assert len(fake_cuda) == calls  # 6 rows > 4: stock MLX
-    ops.clear_kernel_caches()
-    assert not ops._PLANS
+    dispatch.clear_kernel_caches()
+    assert not dispatch._PLANS
 
 
 def test_quantized_calls_reuse_their_plan_with_their_own_weights(fake_cuda):
@@ -173,7 +174,7 @@ def test_quantized_calls_reuse_their_plan_with_their_own_weights(fake_cuda):
     qs = [mx.quantize(rand((n, k), mx.bfloat16, s, 0.1), group_size=64, bits=4) for s in (2, 3)]
     for q in qs:
         mt.quantized_linear(x, *q, group_size=64, bits=4)
-    assert len(ops._PLANS) == 1
+    assert len(dispatch._PLANS) == 1
     for kw, q in zip(fake_cuda, qs):
         assert all(a is b for a, b in zip(kw["inputs"][1:], q))
     qw = mt.QuantizedWeight(*qs[0], 64, 4)
@@ -181,23 +182,23 @@ def test_quantized_calls_reuse_their_plan_with_their_own_weights(fake_cuda):
         qw.w = qs[1][0]
 
 
-@pytest.mark.skipif(not hasattr(ops._ext, "CudaLaunch"), reason="the C++ extension is not built")
+@pytest.mark.skipif(not hasattr(cuda_launch._ext, "CudaLaunch"), reason="the C++ extension is not built")
 def test_plans_launch_from_cpp_with_the_python_launch_arguments(fake_cuda, monkeypatch):
     """Where MLX's op is its own, a plan launches through _ext.CudaLaunch, made from the
     arguments the Python launch passes; here (MLX without the CUDA backend) the C++ launch
     reaches MLX's op, which raises as MLX's Python op does."""
     made = []
-    real = ops._ext.CudaLaunch
+    real = cuda_launch._ext.CudaLaunch
     monkeypatch.setattr(
-        ops, "_ext", types.SimpleNamespace(CudaLaunch=lambda *a, **kw: made.append(real(*a, **kw)) or made[-1])
+        cuda_launch, "_ext", types.SimpleNamespace(CudaLaunch=lambda *a, **kw: made.append(real(*a, **kw)) or made[-1])
     )
-    monkeypatch.setattr(ops, "_native_launch", lambda: True)
+    monkeypatch.setattr(cuda_launch, "native_launch", lambda: True)
     k, n = 64, 24
     x, w, res = rand((2, 3, k), mx.float16, 1), rand((n, k), mx.float16, 2), rand((2, 3, n), mx.float32, 3)
     with pytest.raises(RuntimeError, match="No CUDA back-end"):
         mt.fused_linear(x, [w], residual=res)
     assert not fake_cuda  # (the recorder stands in for MLX's Python op only)
-    monkeypatch.setattr(ops, "_native_launch", lambda: False)
+    monkeypatch.setattr(cuda_launch, "native_launch", lambda: False)
     mt.fused_linear(x, [w], residual=res)
     (launch,), (kw,) = made, fake_cuda
     assert (launch.name, launch.binary, launch.scalars) == (kw["name"], kw["compiled_source"], kw["scalars"])
@@ -232,14 +233,15 @@ def test_rms_norm_is_the_kernels_second_input_where_it_fuses(fake_cuda):
 
 
 def test_rms_norm_fuses_only_where_it_measured_faster(fake_cuda):
-    """ops.norm_pays: the norm goes into q/k/v-like kernels of at most NORM_FUSED_MAX_COLUMNS
+    """schedule.norm_pays: the norm goes into q/k/v-like kernels of at most NORM_FUSED_MAX_COLUMNS
     outputs, at every row count the kernels take (rows stay invariant); before SwiGLU or over
-    more columns it is mx.fast.rms_norm before a plain kernel (the H200 measurements in ops)."""
+    more columns it is mx.fast.rms_norm before a plain kernel (the H200 measurements in
+    mlx_metile/schedule/choose.py)."""
     K = 256
     q = [mt.QuantizedWeight(*mx.quantize(rand((n, K), mx.bfloat16, i, 0.1), group_size=64, bits=4), 64, 4)
-         for i, n in enumerate((64, 64, ops.NORM_FUSED_MAX_COLUMNS - 128))]  # fmt: skip
+         for i, n in enumerate((64, 64, NORM_FUSED_MAX_COLUMNS - 128))]  # fmt: skip
     g = rand((K,), mx.bfloat16, 5)
-    wide = mt.QuantizedWeight(*mx.quantize(rand((ops.NORM_FUSED_MAX_COLUMNS + 64, K), mx.bfloat16, 6), 64, 4), 64, 4)
+    wide = mt.QuantizedWeight(*mx.quantize(rand((NORM_FUSED_MAX_COLUMNS + 64, K), mx.bfloat16, 6), 64, 4), 64, 4)
     x = {rows: rand((rows, K), mx.bfloat16, 7) for rows in (1, 16, 32)}
     fused = [
         lambda: mt.fused_linear(x[16], q[:2], norm=(g, 1e-5)),
@@ -256,45 +258,31 @@ def test_rms_norm_fuses_only_where_it_measured_faster(fake_cuda):
             assert ("_rms" in fake_cuda[-1]["name"]) is with_norm, fake_cuda[-1]["name"]
 
 
-def test_rms_norm_arguments_are_checked_by_name():
-    x = rand((2, 64), mx.float32, 1)
-    w = rand((16, 64), mx.float32, 2)
-    g = rand((64,), mx.float32, 3)
-    with pytest.raises(ValueError, match=r"norm\[0\]: expected the RMSNorm weight of shape \(64,\)"):
-        mt.fused_linear(x, [w], norm=(g[:8], 1e-5))
-    with pytest.raises(ValueError, match=r"norm\[1\]: expected a positive finite eps"):
-        mt.fused_linear(x, [w], norm=(g, 0.0))
-    with pytest.raises(TypeError, match="norm: expected"):
-        mt.fused_linear(x, [w], norm=g)
-    # off CUDA the norm is mx.fast.rms_norm, then the projection: the same bits
-    got = mt.fused_linear(x, [w], norm=(g, 1e-5))
-    want = mt.fused_linear(mx.fast.rms_norm(x, g, 1e-5), [w])
-    assert np.array_equal(np.array(got), np.array(want))
-
-
-@pytest.mark.skipif(not hasattr(ops._ext, "CudaLaunch"), reason="the C++ extension is not built")
-def test_the_own_primitive_is_asked_for_only_where_the_build_has_it(monkeypatch):
+@pytest.mark.skipif(not hasattr(cuda_launch._ext, "CudaLaunch"), reason="the C++ extension is not built")
+def test_the_own_primitive_is_asked_for_only_where_the_build_has_it(monkeypatch, env):
     """A build without the CUDA primitive (here: MLX's CPU build) refuses primitive=True, naming
     the argument; the op asks for it only where the build has it and MLX_METILE_CUDA_PRIMITIVE
-    is not "0"."""
+    is not "0", and hands the primitive's pool MLX_METILE_CUDA_POOL_MB."""
+    ext = cuda_launch._ext
     args = ("k", b"\x00" * 16, [8], mx.float16, [1, 2], (8, 1, 1), (8, 1, 1), 0, None, None)
-    assert ops._ext.CudaLaunch(*args).primitive is False
-    if ops._ext.HAS_CUDA_PRIMITIVE:
-        assert ops._ext.CudaLaunch(*args, primitive=True).primitive is True
+    assert ext.CudaLaunch(*args).primitive is False
+    if ext.HAS_CUDA_PRIMITIVE:
+        assert ext.CudaLaunch(*args, primitive=True).primitive is True
     else:
         with pytest.raises(ValueError, match="primitive"):
-            ops._ext.CudaLaunch(*args, primitive=True)
-    monkeypatch.setenv("MLX_METILE_CUDA_PRIMITIVE", "0")
-    assert ops._own_primitive() is False
-    assert ops.cuda_launch_kind() == "native"
-    monkeypatch.setenv("MLX_METILE_CUDA_PRIMITIVE", "1")
-    assert ops._own_primitive() is ops._ext.HAS_CUDA_PRIMITIVE
-    assert ops.cuda_launch_kind() == ("primitive" if ops._ext.HAS_CUDA_PRIMITIVE else "native")
-    monkeypatch.setenv("MLX_METILE_CUDA_NATIVE_LAUNCH", "0")
-    assert ops.cuda_launch_kind() == "python"
-    monkeypatch.setattr(ops, "_ext", types.SimpleNamespace(HAS_CUDA_PRIMITIVE=True))  # (a CUDA build's)
-    monkeypatch.setenv("MLX_METILE_CUDA_POOL_MB", "256")
-    assert ops._own_primitive() is True
-    monkeypatch.setenv("MLX_METILE_CUDA_POOL_MB", "lots")
-    with pytest.raises(ValueError, match="MLX_METILE_CUDA_POOL_MB"):
-        ops._own_primitive()
+            ext.CudaLaunch(*args, primitive=True)
+    env.set("MLX_METILE_CUDA_PRIMITIVE", "0")
+    assert cuda_launch.own_primitive() is False
+    assert cuda_launch.launch_kind() == "native"
+    env.set("MLX_METILE_CUDA_PRIMITIVE", "1")
+    assert cuda_launch.own_primitive() is ext.HAS_CUDA_PRIMITIVE
+    assert cuda_launch.launch_kind() == ("primitive" if ext.HAS_CUDA_PRIMITIVE else "native")
+    env.set("MLX_METILE_CUDA_NATIVE_LAUNCH", "0")
+    assert cuda_launch.launch_kind() == "python"
+    limits = []  # (a CUDA build's extension: it has the primitive and its pool)
+    fake = types.SimpleNamespace(HAS_CUDA_PRIMITIVE=True, cuda_set_output_pool_limit=limits.append)
+    monkeypatch.setattr(cuda_launch, "_ext", fake)
+    env.set("MLX_METILE_CUDA_POOL_MB", "256")
+    assert cuda_launch.own_primitive() is True and limits == [256]
+    with pytest.raises(ValueError, match="MLX_METILE_CUDA_POOL_MB"):  # refused when the settings are read
+        env.set("MLX_METILE_CUDA_POOL_MB", "lots")

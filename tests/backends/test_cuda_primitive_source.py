@@ -1,7 +1,7 @@
 """The CUDA launch primitive (src/cuda/) is built only against MLX's CUDA wheel, which CI does not
 install; its C++ still compiles here - syntax and types, no link - against the installed MLX's
 headers (the CPU wheel ships the same CUDA-backend headers) and a CUDA toolkit's, so that an edit
-that breaks it fails CI rather than the next session on the GPU machine."""
+that breaks it fails in CI, not first on the GPU machine."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import mlx
 import pytest
 
-from mlx_metile.runtime.nvrtc import include_dirs
+from mlx_metile.backends.nvrtc import include_dirs
 
 ROOT = Path(__file__).resolve().parents[2]
 MLX_INCLUDE = Path(list(mlx.__path__)[0]) / "include"

@@ -10,8 +10,8 @@ import mlx.core as mx
 import numpy as np
 
 import mlx_metile as mt
+from mlx_metile.dispatch import reference_of_flat
 from mlx_metile.gradients import differentiable
-from mlx_metile.ops import _reference_of_flat
 
 from ..helpers import rand
 
@@ -32,7 +32,7 @@ def _setup():
         return [mt.fused_linear(xs, [qw, uw], biases=[None, ub], epilogue="swiglu", residual=rr)]
 
     def reference(arrays):
-        return _reference_of_flat(arrays, weights, biases, "swiglu", True)
+        return reference_of_flat(arrays, weights, biases, "swiglu", True)
 
     return flat, kernel, reference
 
