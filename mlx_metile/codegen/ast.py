@@ -416,7 +416,7 @@ class Loop:
 class If:
     cond: Expr
     body: list = _field(default_factory=list)
-    orelse: list = _field(default_factory=list)  # an If alone here prints as `else if`
+    orelse: list = _field(default_factory=list)  # an If alone here (of the same layout) prints as `else if`
     braces: bool = True  # False: one statement, no braces
     inline: bool = False  # the whole statement on one line
     comment: str | None = None  # a trailing comment on its first line

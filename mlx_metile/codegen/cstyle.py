@@ -335,9 +335,14 @@ class CStyleRenderer:
                 note = f"  // {s.comment}" if s.comment else ""
                 out.append(f"{pad}if ({self.expr(s.cond)}) {{{note}")
                 out += self.stmts(s.body, depth + 1)
-                if s.orelse:
+                tail = s.orelse
+                while len(tail) == 1 and isinstance(tail[0], If) and tail[0].braces and not tail[0].inline:
+                    out.append(f"{pad}}} else if ({self.expr(tail[0].cond)}) {{")  # an else holding one if
+                    out += self.stmts(tail[0].body, depth + 1)
+                    tail = tail[0].orelse
+                if tail:
                     out.append(f"{pad}}} else {{")
-                    out += self.stmts(s.orelse, depth + 1)
+                    out += self.stmts(tail, depth + 1)
                 out.append(f"{pad}}}")
             else:
                 out.append(pad + self.line(s))

@@ -215,11 +215,6 @@ def test_declarations_assignments_and_loops():
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cstyle.CStyleRenderer.line: Decl(const=True) of a PtrType with const_elem prints "
-    "`const const T* p` (g++ refuses a duplicate const, clang warns); a const pointer is PtrType(const=True)",
-)
 def test_a_const_declaration_of_a_pointer_to_const_is_valid_c():
     assert "const const" not in CUDA.line(Decl(PtrType("bf16", const_elem=True), "p", a, const=True))
 

@@ -147,15 +147,6 @@ def _check_jvp(case: Case, dtype, backend: str) -> None:
         np.testing.assert_allclose(f64(g), f64(w), err_msg=f"output {i}", **tolerance(dtype, w))
 
 
-JVP_OF_QUANTIZED = pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="mlx_metile/gradients.py differentiable's jvp differentiates the reference over every float "
-    "input, quantization scales and biases included (zero tangents), and MLX's QuantizedMatmul has no jvp "
-    "wrt them: mx.jvp of a quantized op fails even along x alone, where the stock op's works",
-)
-
-
 CASES = list(cases(mx.float32))
 
 
@@ -166,9 +157,7 @@ def test_vjp_on_the_cpu_is_the_stock_compositions(name, dtype):
 
 
 @pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16], ids=["f32", "bf16"])
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=JVP_OF_QUANTIZED) if cases(mx.float32)[n].quantization else n for n in CASES]
-)
+@pytest.mark.parametrize("name", CASES)
 def test_jvp_on_the_cpu_is_the_stock_compositions(name, dtype):
     _check_jvp(cases(dtype)[name], dtype, "cpu")
 
