@@ -145,11 +145,6 @@ def test_rows_are_invariant_to_batch_size():
             r"x: dtype mlx.core.int32 is not supported",
         ),
         (lambda: (rand((3, 8), mx.float32, 1), mx.ones((4, 8), mx.int32)), TypeError, r"weight: dtype mlx.core.int32"),
-        (
-            lambda: (rand((0, 8), mx.float32, 1), rand((4, 8), mx.float32, 2)),
-            ValueError,
-            r"x: empty input of shape \(0, 8\)",
-        ),
         (lambda: (mx.array(1.0), rand((4, 8), mx.float32, 2)), ValueError, r"x: expected at least one dimension"),
         (
             lambda: (np.ones((3, 8), np.float32), rand((4, 8), mx.float32, 2)),
@@ -171,7 +166,7 @@ def test_bad_bias_and_float64():
         mt.linear(x, w, rand((5,), mx.float32, 3))
     with pytest.raises(TypeError, match=r"x: dtype mlx.core.float64 is not supported"):
         mt.linear(x.astype(mx.float64, stream=mx.cpu), w)
-    with pytest.raises(TypeError, match="stream: expected an mlx Stream, Device or None"):
+    with pytest.raises(TypeError, match="stream: expected an mlx Stream, Device, DeviceType or None"):
         mt.linear(x, w, stream="gpu")
 
 
