@@ -1,4 +1,4 @@
-"""The MLX-free A/B harness (bench/cuda_probe/generated_harness.py) writes one
+"""The MLX-free A/B harness (tools/cuda_probe/generated_harness.py) writes one
 CUDA file holding each variant's kernel under its own settings - a harness that
 silently compiled every variant alike would report no difference."""
 
@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mlx_metile.runtime.cuda import find_nvcc
+from mlx_metile.backends.cuda_compile import find_nvcc
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,7 +16,7 @@ def test_harness_holds_each_variant_under_its_settings(tmp_path):
     subprocess.run(
         [
             sys.executable,
-            str(ROOT / "bench/cuda_probe/generated_harness.py"),
+            str(ROOT / "tools/cuda_probe/generated_harness.py"),
             str(out),
             "--rows",
             "1,2,16",
@@ -57,7 +57,7 @@ def test_harness_times_q_k_v_with_each_output_after_the_last(tmp_path):
     subprocess.run(
         [
             sys.executable,
-            str(ROOT / "bench/cuda_probe/generated_harness.py"),
+            str(ROOT / "tools/cuda_probe/generated_harness.py"),
             str(out),
             "--format",
             "q4g64",
