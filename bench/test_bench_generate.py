@@ -68,6 +68,8 @@ def model_size(pytestconfig) -> Model:
         raise pytest.UsageError(
             f"--bench-*: expected positive sizes, got {sizes}, decode {decode}, max rows {max_rows}"
         )
+    if hidden % (4 * sizes[3]):  # (random_llama: hidden / head_dim query heads, a quarter of them k/v heads)
+        raise pytest.UsageError(f"--bench-hidden: expected a multiple of 4 x --bench-head-dim, got {hidden}")
     return Model(*sizes, decode, max_rows)
 
 

@@ -460,6 +460,23 @@ SECTIONS: dict[str, Callable[[Matrix, bool], None]] = {
 }
 
 
+# Cases each section checks (quick, full): what tests/gpu asserts it ran; 460 and 1073 in all.
+CASES = {
+    "linear": (35, 174),
+    "quantized_formats": (30, 180),
+    "odd_group_count": (16, 16),
+    "wide_outputs": (96, 96),
+    "one_tile_dense": (14, 14),
+    "narrow_deep_outputs": (35, 35),
+    "quantized_fusions": (120, 360),
+    "wide_qkv": (42, 126),
+    "rms_norm_fusions": (35, 35),
+    "wide_swiglu": (16, 16),
+    "dense_fusions": (20, 20),
+    "qkv_3d": (1, 1),
+}
+
+
 def gradients(m: Matrix) -> list[str]:
     """mx.grad through the CUDA path (custom vjp: the stock composition's; needs
     MLX_METILE_CUDA_GRADIENTS=1) against mx.grad of the stock composition itself, with respect to
