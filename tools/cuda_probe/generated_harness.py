@@ -14,7 +14,7 @@ cuBLAS's `cublasGemmEx` (bf16 in and out, f32 compute: what PyTorch's F.linear c
 on the same pool the same way - link with -lcublas. It chooses the schedules' defaults
 (docs/SCHEDULES.md); the measurements through MLX are bench/h200.py's.
 
-A variant's settings are MLX_METILE_CUDA_* assignments (bench/settings.py) and two of the
+A variant's settings are MLX_METILE_CUDA_* assignments (variants.py) and two of the
 harness's own: HACK=name[,name] (diagnostics.py's rewrites of the source) and BUCKET=b (at most
 row bucket b's kernel, launched over ceil(rows / b) row blocks).
 """
@@ -30,7 +30,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.settings import cuda_settings  # noqa: E402
 from mlx_metile import settings as metile_settings  # noqa: E402
 from mlx_metile.backends.cuda_device import build_target  # noqa: E402
 from mlx_metile.formats import WeightFormat  # noqa: E402
@@ -40,6 +39,7 @@ from mlx_metile.schedule.cuda_layouts import LAYOUT_NAMES, LAYOUTS  # noqa: E402
 from mlx_metile.schedule.cuda_mma import MmaRules  # noqa: E402
 from mlx_metile.spec import ProjectionSpec  # noqa: E402
 from tools.cuda_probe import diagnostics  # noqa: E402
+from tools.cuda_probe.variants import cuda_settings  # noqa: E402
 
 MAIN = r"""
 #include <algorithm>

@@ -4,7 +4,7 @@ MLX's, in one run on one shape (weight pool > L2): how a tuning setting moves th
     python tools/h200/cuda_sweep.py --out sweep.json \\
         --settings "default" "MLX_METILE_CUDA_MMA=0" "MLX_METILE_CUDA_MMA=0;MLX_METILE_CUDA_TUNE=sg=8,nc=2" ...
 
-Each setting is environment assignments separated by ';' (bench/settings.py), or "default".
+Each setting is environment assignments separated by ';' (tools/cuda_probe/variants.py), or "default".
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import mlx.core as mx  # noqa: E402
 
 from bench import cases, machine  # noqa: E402
-from bench.settings import assignments, cuda_settings  # noqa: E402
 from bench.timing import copy_roofline, timed  # noqa: E402
+from tools.cuda_probe.variants import assignments, cuda_settings  # noqa: E402
 
 
 def per_product(fn, x) -> float:

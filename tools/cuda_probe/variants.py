@@ -1,5 +1,6 @@
-"""Kernel settings for tuning runs, given as text: "VAR=v;VAR=v" (names with or without the
-MLX_METILE_ prefix), or "default" for none."""
+"""Kernel settings of a tuning variant, given as text: "VAR=v;VAR=v" (names with or without the
+MLX_METILE_ prefix), or "default" for none - the A/B harness's variants and the sweep's settings
+(tools/h200/cuda_sweep.py)."""
 
 from __future__ import annotations
 
