@@ -4,7 +4,7 @@ bytes (packed weights, scales, biases), launched exactly as mlx-metile's kernels
 so its time is what any single-kernel product of those bytes costs there - the launch, the
 ramp-up and tail of one grid, and the bytes at the rate one grid reaches at that size.
 
-Used by bench/h200.py; needs nvcc (the GPU machine has it).
+Used by bench/h200.py and the H200 tools; needs nvcc (the GPU machine has it).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import mlx.core as mx
+
+from mlx_metile.backends.cuda_compile import find_nvcc
 
 # Up to nine buffers (q/k/v's packed weights, scales and biases) of 16-byte words, read
 # grid-stride with four loads in flight per thread; one word written per block, only if the
@@ -58,21 +60,22 @@ extern "C" __global__ void metile_read_floor_3(const uint4* a0, const uint4* a1,
 #endif
 """
 BLOCKS = 2048  # about 16 blocks of 256 threads per SM of the H200: the fastest plain read measured
-THREADS = 256  # (bench/results/h200-ab-2026-11-29-session7.json, fixed_cost)
+THREADS = 256  # (bench/results/h200-kernel-ab-2026-11-29-spread-deep.json, fixed_cost_same_call_as_1)
 
 
 @lru_cache(maxsize=2)
 def _binary(outputs: int, arch: str = "sm_90") -> bytes:
     """The entry for `outputs` alone, as a compressed fatbin like mlx-metile's kernels: MLX
     hashes a precompiled kernel's whole binary at every launch, so a larger binary would
-    add host time the products do not pay (an earlier two-entry cubin of 19 KB did)."""
+    add host time the products do not pay (a two-entry cubin of 19 KB does)."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise RuntimeError("the read floor needs nvcc (MLX_METILE_NVCC, PATH or /usr/local/cuda)")
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp) / "read_floor.cu", Path(tmp) / "read_floor.fatbin"
         src.write_text(SOURCE)
         target = [f"-gencode=arch=compute_{arch[3:]},code={arch}", "-Xfatbin=-compress-all"]
-        subprocess.run(
-            ["nvcc", "-fatbin", *target, "-O3", f"-DOUTPUTS={outputs}", str(src), "-o", str(dst)], check=True
-        )
+        subprocess.run([nvcc, "-fatbin", *target, "-O3", f"-DOUTPUTS={outputs}", str(src), "-o", str(dst)], check=True)
         return dst.read_bytes()
 
 
@@ -82,7 +85,7 @@ MAX_BUFFERS = 9
 def read_all(arrays: tuple[mx.array, ...], outputs: int = 1) -> mx.array:
     """Reads every byte of `arrays` (one to nine) in one kernel; returns its (meaningless)
     output. `outputs` = 3 gives the op three outputs (as fused q/k/v has), to time what an op's
-    outputs cost MLX's host side (bench/host_bound.py)."""
+    outputs cost MLX's host side."""
     if outputs not in (1, 3):
         raise ValueError(f"outputs: expected 1 or 3, got {outputs}")
     if not 1 <= len(arrays) <= MAX_BUFFERS:

@@ -3,8 +3,8 @@ effective weight bandwidth, and speedup over stock MLX from the same run."""
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from collections import defaultdict
 
 
@@ -35,5 +35,11 @@ def render(path: str) -> str:
     return "\n".join(out)
 
 
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("json", help="a pytest-benchmark JSON file")
+    print(render(ap.parse_args().json))
+
+
 if __name__ == "__main__":
-    print(render(sys.argv[1]))
+    main()

@@ -4,8 +4,8 @@ their columns and the default patch's speedup over each."""
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 
 VARIANTS = {"mlx_metile_norms_apart": "norms apart", "mlx_metile_norms_fused": "norms fused"}
 
@@ -47,5 +47,11 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("json", help="a pytest-benchmark JSON file")
+    print(render(ap.parse_args().json))
+
+
 if __name__ == "__main__":
-    print(render(sys.argv[1]))
+    main()

@@ -1,10 +1,9 @@
-"""Render bench/h200.py results: a markdown table (median time per product,
-effective weight bandwidth, fraction of the copy roofline of the same run and, where
-measured, of the read floor (bench/read_floor.py),
-speedup over stock MLX) and, where matplotlib is installed, a plot of the
+"""Render bench/h200.py results: a markdown table (median time per product, effective weight
+bandwidth, fraction of the copy roofline of the same run and, where measured, of the read floor
+(bench/read_floor.py), speedup over stock MLX) and, where matplotlib is installed, a plot of the
 speedup by rows.
 
-    python bench/render_h200.py bench/results/h200-<date>.json [--plot out.png] [--mode compiled|eager|chained]
+    python bench/render_h200.py bench/results/h200-<what>-<date>.json [--plot out.png] [--mode compiled|eager|chained]
 """
 
 from __future__ import annotations
@@ -132,7 +131,7 @@ def plot(report: dict, mode: str, path: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("json")
     ap.add_argument("--mode", default="compiled", choices=["compiled", "eager", "chained"])
     ap.add_argument("--plot")

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
-from render_h200 import FLOOR_KEY
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.render_h200 import FLOOR_KEY  # noqa: E402
 
 
 def span(values: list[float], fmt: str) -> str:
@@ -48,7 +51,7 @@ def table(reports: list[dict], mode: str) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("json", nargs="+")
     ap.add_argument("--mode", default="compiled", choices=["compiled", "eager", "chained"])
     args = ap.parse_args()

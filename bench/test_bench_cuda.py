@@ -1,14 +1,10 @@
-"""pytest-benchmark suite for MLX's CUDA backend (the lent H200): mlx_metile,
-stock MLX and, for bf16, PyTorch's F.linear, in the same run, on the issue's
-model shapes and the fused gate/up+SwiGLU and q/k/v products, each timed call
-streaming the next weight of a pool larger than the L2. Each round is one eager
-call and a synchronisation, so host overhead is included (bench/h200.py reports
-compiled-graph figures beside eager ones).
-Skipped without a CUDA device; ran on the H200 on 2026-11-29
-(bench/results/h200-2026-11-29-pytest.json). The plain-script entry with the
-copy roofline and the correctness matrix is bench/h200.py.
+"""pytest-benchmark suite for MLX's CUDA backend: mlx_metile, stock MLX and, for bf16, PyTorch's
+F.linear, in the same run, on the model shapes of bench/cases.py and the fused gate/up+SwiGLU and
+q/k/v products, each timed call streaming the next weight of a pool larger than the L2. Each
+round is one eager call and a synchronisation, so host overhead is included (bench/h200.py
+reports compiled-graph figures beside eager ones). Skipped without a CUDA device.
 
-    python -m pytest bench/test_bench_cuda.py --benchmark-json bench/results/h200-<date>-pytest.json
+    python -m pytest bench/test_bench_cuda.py --benchmark-json bench/results/h200-pytest-eager-<date>.json
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ import itertools
 import mlx.core as mx
 import pytest
 
-from . import h200
+from . import cases
 
 pytestmark = pytest.mark.skipif(not mx.cuda.is_available(), reason="needs MLX's CUDA backend and a GPU")
 
@@ -27,24 +23,24 @@ _pools: dict[tuple[str, str], tuple[list, int]] = {}
 
 
 def _pool(shape: str, fmt: str):
-    """(pool, bytes per entry) of a single or a fused shape of bench/h200.py."""
+    """(pool, bytes per entry) of a single or a fused shape of bench/cases.py."""
     if (shape, fmt) not in _pools:
         _pools.clear()  # one pool resident at a time: each is about 480 MB
-        if shape in h200.FUSED_SHAPES:
-            K, widths, _ = h200.FUSED_SHAPES[shape]
-            _pools[(shape, fmt)] = h200.make_pool(fmt, K, sum(widths), widths)
+        if shape in cases.FUSED_SHAPES:
+            K, widths, _ = cases.FUSED_SHAPES[shape]
+            _pools[(shape, fmt)] = cases.make_pool(fmt, K, sum(widths), widths)
         else:
-            K, N = h200.SHAPES[shape]
-            _pools[(shape, fmt)] = h200.make_pool(fmt, K, N)
+            K, N = cases.SHAPES[shape]
+            _pools[(shape, fmt)] = cases.make_pool(fmt, K, N)
     return _pools[(shape, fmt)]
 
 
 @pytest.mark.parametrize("impl", ["mlx_metile", "stock", "torch"])
-@pytest.mark.parametrize("rows", h200.ROWS)
+@pytest.mark.parametrize("rows", cases.ROWS)
 @pytest.mark.parametrize("fmt", ["bf16", "int4", "int8"])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_cuda_projection(benchmark, shape, fmt, rows, impl):
-    K, N = h200.SHAPES[shape]
+    K, N = cases.SHAPES[shape]
     pool, nbytes = _pool(shape, fmt)
     counter = itertools.count()
     if impl == "torch":
@@ -62,7 +58,7 @@ def test_cuda_projection(benchmark, shape, fmt, rows, impl):
         x = mx.random.normal((rows, K)).astype(mx.bfloat16)
 
         def call():
-            mx.eval(h200.product(impl, fmt, x, pool[next(counter) % len(pool)]))
+            mx.eval(cases.product(impl, fmt, x, pool[next(counter) % len(pool)]))
 
     benchmark.group = f"{shape} {fmt} rows={rows}"
     benchmark.extra_info.update({"shape": shape, "format": fmt, "rows": rows, "impl": impl, "weight_bytes": nbytes})
@@ -70,18 +66,18 @@ def test_cuda_projection(benchmark, shape, fmt, rows, impl):
 
 
 @pytest.mark.parametrize("impl", ["mlx_metile", "stock"])
-@pytest.mark.parametrize("rows", h200.ROWS)
+@pytest.mark.parametrize("rows", cases.ROWS)
 @pytest.mark.parametrize("fmt", ["bf16", "int4", "int8"])
-@pytest.mark.parametrize("shape", list(h200.FUSED_SHAPES))
+@pytest.mark.parametrize("shape", list(cases.FUSED_SHAPES))
 def test_cuda_fused(benchmark, shape, fmt, rows, impl):
     """One fused kernel (mlx_metile) against stock MLX's separate products (then SwiGLU)."""
-    K, _, epilogue = h200.FUSED_SHAPES[shape]
+    K, _, epilogue = cases.FUSED_SHAPES[shape]
     pool, nbytes = _pool(shape, fmt)
     counter = itertools.count()
     x = mx.random.normal((rows, K)).astype(mx.bfloat16)
 
     def call():
-        mx.eval(h200.fused_product(impl, fmt, x, pool[next(counter) % len(pool)], epilogue))
+        mx.eval(cases.fused_product(impl, fmt, x, pool[next(counter) % len(pool)], epilogue))
 
     benchmark.group = f"{shape} {fmt} rows={rows}"
     benchmark.extra_info.update({"shape": shape, "format": fmt, "rows": rows, "impl": impl, "weight_bytes": nbytes})

@@ -1,26 +1,25 @@
-"""End-to-end generation with and without mlx_metile.patch, same run, default
-device: prefill and decode tokens/s at batch 1 and batch 8, on a random-weight
-Llama built with mlx-lm's own classes (nothing downloaded). "decode" evaluates each
-token before building the next; "decode_async" overlaps them as mlx-lm's generate
-does (the next token's graph is built while the GPU computes this one); "verify" runs
-one forward of VERIFY draft tokens on the prefilled cache (speculative decoding's check).
+"""End-to-end generation with and without mlx_metile.patch, same run, default device: prefill
+and decode tokens/s at batch 1 and batch 8, on a random-weight Llama built with mlx-lm's own
+classes (nothing downloaded). "decode" evaluates each token before building the next;
+"decode_async" overlaps them as mlx-lm's generate does (the next token's graph is built while
+the GPU computes this one); "verify" runs one forward of VERIFY draft tokens on the prefilled
+cache (speculative decoding's check).
 
     python -m pytest bench/test_bench_generate.py --benchmark-json bench/results/<machine>-generate-<date>.json
 
-BENCH_HIDDEN, BENCH_LAYERS, BENCH_INTERMEDIATE and BENCH_HEAD_DIM size the model (Llama-3.1-8B's
-blocks: 4096, 32, 14336, 128); BENCH_DECODE the tokens decoded per round; BENCH_FORMATS which of
-bf16,int4,int8 (default bf16,int4); BENCH_MAX_ROWS patch's max_rows (default: patch's own);
-BENCH_IMPLS which of stock, mlx_metile (patch's defaults), mlx_metile_norms_apart and
-mlx_metile_norms_fused (patch(fuse_norms=False / True): the RMSNorms as separate ops, or the input
-norm inside the q/k/v kernel, to time the fusion; the default has been False since the nineteenth
-session) - default stock,mlx_metile.
+--bench-hidden, --bench-layers, --bench-intermediate and --bench-head-dim size the model
+(Llama-3.1-8B's blocks: 4096, 32, 14336, 128); --bench-decode the tokens decoded per round;
+--bench-formats which of bf16,int4,int8; --bench-max-rows patch's max_rows; --bench-impls which
+of stock, mlx_metile (patch's defaults), mlx_metile_norms_apart and mlx_metile_norms_fused
+(patch(fuse_norms=False / True): the RMSNorms as separate ops, or the input norm inside the
+q/k/v kernel, to time the fusion; patch's default is False). See bench/conftest.py.
 Dense projections are replaced on every backend (patch's dense=True; on CUDA its default leaves
 them to stock MLX).
 """
 
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -28,40 +27,67 @@ import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
 import mlx_metile as mt
-from mlx_metile import ops
+from mlx_metile.backends.cuda_launch import launch_kind
 
-from .random_llama import PATCH_OPTIONS, random_llama
+from .random_llama import FORMATS, PATCH_OPTIONS, random_llama
 
-HIDDEN = int(os.environ.get("BENCH_HIDDEN", "512"))
-LAYERS = int(os.environ.get("BENCH_LAYERS", "2"))
-INTERMEDIATE = int(os.environ.get("BENCH_INTERMEDIATE", str(HIDDEN * 3)))
-HEAD_DIM = int(os.environ.get("BENCH_HEAD_DIM", "64"))
 PROMPT = 24
-DECODE = int(os.environ.get("BENCH_DECODE", "8"))
 VERIFY = 4
-FORMATS = os.environ.get("BENCH_FORMATS", "bf16,int4").split(",")  # of bf16, int4, int8 (group 64)
-MAX_ROWS = int(os.environ["BENCH_MAX_ROWS"]) if os.environ.get("BENCH_MAX_ROWS") else None  # patch's default
-IMPLS = os.environ.get("BENCH_IMPLS", "stock,mlx_metile").split(",")
-if not set(IMPLS) <= {"stock", *PATCH_OPTIONS}:
-    raise ValueError(f"BENCH_IMPLS: expected some of stock,{','.join(PATCH_OPTIONS)}, got {IMPLS}")
 
 
-def _model(fmt: str, impl: str) -> nn.Module:
-    model = random_llama(fmt, LAYERS, HIDDEN, INTERMEDIATE, HEAD_DIM)
+@dataclass(frozen=True)
+class Model:
+    hidden: int
+    layers: int
+    intermediate: int
+    head_dim: int
+    decode: int  # tokens decoded per round
+    max_rows: int | None  # patch's max_rows (None: its default)
+
+
+def _choices(config, name: str, allowed) -> list[str]:
+    values = config.getoption(name).split(",")
+    if not values or not set(values) <= set(allowed):
+        raise pytest.UsageError(f"--{name.replace('_', '-')}: expected some of {','.join(allowed)}, got {values}")
+    return values
+
+
+def pytest_generate_tests(metafunc):
+    if metafunc.definition.name == "test_generation":
+        metafunc.parametrize("fmt", _choices(metafunc.config, "bench_formats", FORMATS))
+        metafunc.parametrize("impl", _choices(metafunc.config, "bench_impls", ("stock", *PATCH_OPTIONS)))
+
+
+@pytest.fixture(scope="module")
+def model_size(pytestconfig) -> Model:
+    get = pytestconfig.getoption
+    hidden = get("bench_hidden")
+    sizes = (hidden, get("bench_layers"), get("bench_intermediate") or 3 * hidden, get("bench_head_dim"))
+    decode, max_rows = get("bench_decode"), get("bench_max_rows")
+    if min(*sizes, decode) < 1 or (max_rows is not None and max_rows < 0):
+        raise pytest.UsageError(
+            f"--bench-*: expected positive sizes, got {sizes}, decode {decode}, max rows {max_rows}"
+        )
+    if hidden % (4 * sizes[3]):  # (random_llama: hidden / head_dim query heads, a quarter of them k/v heads)
+        raise pytest.UsageError(f"--bench-hidden: expected a multiple of 4 x --bench-head-dim, got {hidden}")
+    return Model(*sizes, decode, max_rows)
+
+
+def _model(fmt: str, impl: str, size: Model) -> nn.Module:
+    model = random_llama(fmt, size.layers, size.hidden, size.intermediate, size.head_dim)
     if impl != "stock":  # (bf16 too: what its kernels give)
-        report = mt.patch(model, max_rows=MAX_ROWS, dense=True, **PATCH_OPTIONS[impl])
+        report = mt.patch(model, max_rows=size.max_rows, dense=True, **PATCH_OPTIONS[impl])
         assert report and not report.declined, str(report)  # (a partly patched model is not what is timed)
     return model
 
 
-@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize("phase", ["prefill", "decode", "decode_async", "verify"])
-@pytest.mark.parametrize("fmt", FORMATS)
-def test_generation(benchmark, fmt, phase, batch, impl):
+def test_generation(benchmark, model_size, fmt, phase, batch, impl):
     patched = impl != "stock"
-    model = _model(fmt, impl)
+    model = _model(fmt, impl, model_size)
     prompt = mx.random.randint(0, 8192, (batch, PROMPT))
+    tokens_per_round = model_size.decode
 
     def prefill():
         cache = make_prompt_cache(model)
@@ -73,14 +99,14 @@ def test_generation(benchmark, fmt, phase, batch, impl):
 
     def decode(cache):
         tok = prompt[:, -1:]
-        for _ in range(DECODE):
+        for _ in range(tokens_per_round):
             tok = step(tok, cache)
             mx.eval(tok)
 
     def decode_async(cache):
         tok = step(prompt[:, -1:], cache)
         mx.async_eval(tok)
-        for _ in range(DECODE - 1):
+        for _ in range(tokens_per_round - 1):
             nxt = step(tok, cache)  # built while the GPU computes tok
             mx.async_eval(nxt)
             mx.eval(tok)
@@ -90,12 +116,12 @@ def test_generation(benchmark, fmt, phase, batch, impl):
     def verify(cache):
         mx.eval(model(prompt[:, -VERIFY:], cache=cache))
 
-    tokens = batch * {"prefill": PROMPT, "verify": VERIFY}.get(phase, DECODE)
+    tokens = batch * {"prefill": PROMPT, "verify": VERIFY}.get(phase, tokens_per_round)
     benchmark.group = f"{fmt} {phase} batch={batch}"
     benchmark.extra_info.update({"format": fmt, "phase": phase, "batch": batch, "tokens": tokens, "impl": impl})
     if patched:
-        benchmark.extra_info["max_rows"] = MAX_ROWS
-        benchmark.extra_info["cuda_launch"] = ops.cuda_launch_kind()  # (on the CUDA path)
+        benchmark.extra_info["max_rows"] = model_size.max_rows
+        benchmark.extra_info["cuda_launch"] = launch_kind()  # (on the CUDA path)
     if phase == "prefill":
         benchmark.pedantic(prefill, rounds=3, iterations=1, warmup_rounds=1)
     else:  # the prompt is prefilled in setup, outside the timing

@@ -1,27 +1,24 @@
-"""The A/B harness's diagnostic rewrites (bench/cuda_probe/diagnostics.py) remove what they
+"""The A/B harness's diagnostic rewrites (tools/cuda_probe/diagnostics.py) remove what they
 name from a generated staged kernel - and refuse a kernel without it, so that a diagnostic
 never silently times the unchanged kernel."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
-from mlx_metile.runtime import compile_projection
-from mlx_metile.spec import ProjectionSpec, WeightFormat
+from mlx_metile.formats import WeightFormat
+from mlx_metile.spec import ProjectionSpec
+from tests.helpers import artifact
+from tools.cuda_probe import diagnostics
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.cuda_probe import diagnostics  # noqa: E402
+Q4 = ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64),), k_multiple=256)
+DENSE = ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256)
 
 
 @pytest.fixture
-def sources(monkeypatch):
-    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
-    compile_projection.cache_clear()
-    q4 = ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64),), k_multiple=256)
-    dense = ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256)
-    yield compile_projection(q4, 8, "cuda").source, compile_projection(dense, 8, "cuda").source
-    compile_projection.cache_clear()
+def sources(env):
+    """The 8-row staged kernels of a 4-bit and a dense 4096 -> 14336 product for sm_90 (the TILES
+    layout: two column tiles per block)."""
+    env.set("MLX_METILE_CUDA_ARCH", "sm_90")
+    return artifact(Q4, 8, "cuda", columns=14336).source, artifact(DENSE, 8, "cuda", columns=14336).source
 
 
 def test_each_diagnostic_removes_what_it_names(sources):
@@ -69,13 +66,9 @@ def test_bulk_rewrite_brings_each_stage_by_bulk_copies(sources):
     assert "fence.proxy.async" not in unfenced and unfenced.count("if (bok) bulk(") == issues
 
 
-def test_bulk_rewrite_refuses_a_swizzled_ring(monkeypatch):
+def test_bulk_rewrite_refuses_a_swizzled_ring(env):
     # 8-bit group 64 swizzles its unpadded ring rows by default; a bulk copy cannot
-    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
-    compile_projection.cache_clear()
+    env.set("MLX_METILE_CUDA_ARCH", "sm_90")
     q8 = ProjectionSpec("bf16", (WeightFormat("bf16", 8, 64),), k_multiple=256)
-    try:
-        with pytest.raises(ValueError, match="padded ring rows"):
-            diagnostics.apply("bulkw", compile_projection(q8, 8, "cuda").source)
-    finally:
-        compile_projection.cache_clear()
+    with pytest.raises(ValueError, match="padded ring rows"):
+        diagnostics.apply("bulkw", artifact(q8, 8, "cuda", columns=14336).source)

@@ -1,4 +1,4 @@
-"""The MLX-free A/B harness (bench/cuda_probe/generated_harness.py) writes one
+"""The MLX-free A/B harness (tools/cuda_probe/generated_harness.py) writes one
 CUDA file holding each variant's kernel under its own settings - a harness that
 silently compiled every variant alike would report no difference."""
 
@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mlx_metile.runtime.cuda import find_nvcc
+from mlx_metile.backends.cuda_compile import find_nvcc
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,7 +16,7 @@ def test_harness_holds_each_variant_under_its_settings(tmp_path):
     subprocess.run(
         [
             sys.executable,
-            str(ROOT / "bench/cuda_probe/generated_harness.py"),
+            str(ROOT / "tools/cuda_probe/generated_harness.py"),
             str(out),
             "--rows",
             "1,2,16",
@@ -57,7 +57,7 @@ def test_harness_times_q_k_v_with_each_output_after_the_last(tmp_path):
     subprocess.run(
         [
             sys.executable,
-            str(ROOT / "bench/cuda_probe/generated_harness.py"),
+            str(ROOT / "tools/cuda_probe/generated_harness.py"),
             str(out),
             "--format",
             "q4g64",
@@ -88,3 +88,37 @@ def test_harness_times_q_k_v_with_each_output_after_the_last(tmp_path):
     assert f"const double bytes = {float(weights)};" in src
     default, s2 = src.split("namespace v1_1", 1)
     assert "metile_cp_wait<2>" in default and "metile_cp_wait<2>" not in s2  # 4 stages, then 2
+
+
+def test_a_variant_holds_only_its_own_cuda_settings_and_restores_the_others(env):
+    from mlx_metile import settings
+    from tools.cuda_probe.variants import cuda_settings
+
+    env.set("MLX_METILE_CUDA_MMA_GROUPS", "2")
+    env.set("MLX_METILE_CUDA_ARCH", "sm_90")  # (the build target is kept)
+    with cuda_settings("MLX_METILE_CUDA_MMA_STAGES=3;CUDA_MMA_STAGED=0") as cfg:
+        assert cfg.knob("stages") == 3 and cfg.knob("groups") is None and not cfg.cuda_mma_staged
+        assert cfg.cuda_arch == "sm_90"
+    after = settings.current()
+    assert after.knob("groups") == 2 and after.knob("stages") is None and after.cuda_mma_staged
+
+
+def test_a_misspelt_variant_setting_is_refused(tmp_path):
+    """A name no setting declares would otherwise time the default kernel under another name."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tools/cuda_probe/generated_harness.py"),
+            str(tmp_path / "ab.cu"),
+            "--variant",
+            "default=",
+            "--variant",
+            "s2=MLX_METILE_CUDA_MMA_STAGS=2",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode != 0 and "MLX_METILE_CUDA_MMA_STAGS" in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "ab.cu").exists()

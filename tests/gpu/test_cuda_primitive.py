@@ -17,13 +17,14 @@ import numpy as np
 import pytest
 
 import mlx_metile as mt
-from mlx_metile import ops
+from mlx_metile import dispatch
+from mlx_metile.backends.extension import _ext
 from tests.helpers import rand
 
 pytestmark = [
     pytest.mark.skipif(not mx.cuda.is_available(), reason="needs MLX's CUDA backend and an NVIDIA GPU"),
     pytest.mark.skipif(
-        not getattr(ops._ext, "HAS_CUDA_PRIMITIVE", False),
+        not getattr(_ext, "HAS_CUDA_PRIMITIVE", False),
         reason="the extension was built without the CUDA primitive (no CUDA toolkit at build time)",
     ),
 ]
@@ -51,15 +52,15 @@ def _calls():
     ]
 
 
-def _run(fn, x, primitive: bool, monkeypatch) -> list[np.ndarray]:
-    monkeypatch.setenv("MLX_METILE_CUDA_PRIMITIVE", "1" if primitive else "0")
-    ops.clear_kernel_caches()
+def _run(fn, x, primitive: bool, env) -> list[np.ndarray]:
+    env.set("MLX_METILE_CUDA_PRIMITIVE", "1" if primitive else "0")
+    dispatch.clear_kernel_caches()  # so that the plans looked at below are this setting's only
     with mt.trace() as t:
         mx.eval(fn(x))
     assert {r.backend for r in t.records} == {"cuda"}
     outs = fn(x)  # (untraced: the call keeps its plan)
     mx.eval(outs)
-    launches = [p.native for p in ops._PLANS.values() if getattr(p, "native", None) is not None]
+    launches = [p.native for p in dispatch._PLANS.values() if getattr(p, "native", None) is not None]
     assert launches and all(launch.primitive == primitive for launch in launches)
     return [np.array(o.astype(mx.float32)) for o in outs]
 
@@ -70,21 +71,20 @@ def _host_copy(x: mx.array) -> mx.array:
 
 
 @pytest.mark.parametrize("rows", [1, 5, 32])
-def test_same_bits_as_mlx_precompiled_kernel_op(rows, monkeypatch):
+def test_same_bits_as_mlx_precompiled_kernel_op(rows, env):
     x = rand((rows, K), mx.bfloat16, 1)
     for name, fn in _calls():
-        ours = _run(fn, x, True, monkeypatch)
-        theirs = _run(fn, x, False, monkeypatch)
+        ours = _run(fn, x, True, env)
+        theirs = _run(fn, x, False, env)
         assert len(ours) == len(theirs)
         for a, b in zip(ours, theirs):
             assert np.array_equal(a, b), name
             assert np.isfinite(a).all() and np.abs(a).max() > 0, name  # (a real result, not zeros)
 
 
-def test_strided_inputs_are_copied_first(monkeypatch):
+def test_strided_inputs_are_copied_first(env):
     """x transposed or sliced with a step (not row-contiguous) gives its contiguous copy's bits."""
-    monkeypatch.setenv("MLX_METILE_CUDA_PRIMITIVE", "1")
-    ops.clear_kernel_caches()
+    env.set("MLX_METILE_CUDA_PRIMITIVE", "1")
     q4 = _quantized(2, 4, 64)
     xt = rand((K, 4), mx.bfloat16, 7).T  # (4, K), column-major
     xs = rand((8, 2 * K), mx.bfloat16, 8)[::2, ::2]  # (4, K), strided both ways
@@ -95,9 +95,8 @@ def test_strided_inputs_are_copied_first(monkeypatch):
         assert np.array_equal(np.array(strided.astype(mx.float32)), np.array(copied.astype(mx.float32)))
 
 
-def test_inside_mx_compile_and_read_back_on_the_cpu(monkeypatch):
-    monkeypatch.setenv("MLX_METILE_CUDA_PRIMITIVE", "1")
-    ops.clear_kernel_caches()
+def test_inside_mx_compile_and_read_back_on_the_cpu(env):
+    env.set("MLX_METILE_CUDA_PRIMITIVE", "1")
     q4, up = _quantized(2, 4, 64), _quantized(4, 4, 64)
 
     def mlp(x):
@@ -115,9 +114,8 @@ def test_inside_mx_compile_and_read_back_on_the_cpu(monkeypatch):
     assert np.array_equal(np.array(again.astype(mx.float32)), np.array(copied.astype(mx.float32)))
 
 
-def test_the_output_pool_reuses_buffers(monkeypatch):
-    monkeypatch.setenv("MLX_METILE_CUDA_PRIMITIVE", "1")
-    ops.clear_kernel_caches()
+def test_the_output_pool_reuses_buffers(env):
+    env.set("MLX_METILE_CUDA_PRIMITIVE", "1")
     q4 = _quantized(2, 4, 64)
     x = rand((2, K), mx.bfloat16, 10)
     first = mt.quantized_linear(x, q4.w, q4.scales, q4.biases)
@@ -125,13 +123,13 @@ def test_the_output_pool_reuses_buffers(monkeypatch):
     expected = np.array(first.astype(mx.float32))
     del first
     mx.synchronize()
-    before = ops._ext.cuda_output_pool_stats()
+    before = _ext.cuda_output_pool_stats()
     for _ in range(4):
         y = mt.quantized_linear(x, q4.w, q4.scales, q4.biases)
         assert np.array_equal(np.array(y.astype(mx.float32)), expected)
         del y
         mx.synchronize()
-    after = ops._ext.cuda_output_pool_stats()
+    after = _ext.cuda_output_pool_stats()
     assert after[1] - before[1] >= 4, (before, after)  # reused, not allocated again
 
 
@@ -142,7 +140,7 @@ def test_past_its_limit_the_pool_frees_without_changing_results():
     script = textwrap.dedent(
         """
         import mlx.core as mx, numpy as np, mlx_metile as mt
-        from mlx_metile import ops
+        from mlx_metile.backends.extension import _ext
         from tests.helpers import rand
         w = rand((16384, 512), mx.bfloat16, 2, 0.05)
         q = mt.QuantizedWeight(*mx.quantize(w, group_size=64, bits=4), 64, 4)
@@ -156,7 +154,7 @@ def test_past_its_limit_the_pool_frees_without_changing_results():
         second = run()
         mx.synchronize()
         third = run()
-        stats = ops._ext.cuda_output_pool_stats()
+        stats = _ext.cuda_output_pool_stats()
         assert all(np.array_equal(a, b) and np.array_equal(a, c) for a, b, c in zip(first, second, third))
         assert stats[3] > 0 and stats[2] <= 1 << 20, stats
         print("ok", stats)

@@ -1,9 +1,10 @@
 // Copy-only probe of shared-memory ring patterns for MLX's int4 (or, built with -DBITS=8, int8)
 // group-64 layout on the H200: how fast does each way of staging w[N][K * BITS / 32] (uint32) +
 // scales/biases[N][K/64] (bf16) into shared memory stream from HBM, with nothing computed? The
-// int4 kernel's ring copies alone reached only 49% of DRAM peak (seventh session) while
+// int4 kernel's ring copies alone (the harness's nomath diagnostic) ran at 49% of DRAM peak where
 // whole-column direct loads (int4_loads.cu) read 3.4-3.6 TB/s; this asks whether the ring's
-// 128-byte runs are why. The int8 kernel's time is its ring's copies (fifteenth session).
+// 128-byte runs are why. The int8 kernel's time is its ring's copies
+// (bench/results/ncu/h200-2026-11-30-q8g64-r1-4096x14336*.txt).
 // Build and run: nvcc -O3 -arch=sm_90 [-DBITS=8] -o probe ring_patterns.cu && ./probe [N]
 // Prints one JSON line per pattern: median us and GB/s over launches rotating through a pool
 // of weight sets 8x larger than L2.

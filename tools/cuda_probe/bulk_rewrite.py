@@ -5,9 +5,10 @@ instruction, completing on the warp's mbarrier of the slot - instead of 16-byte 
 pieces. Scales and biases keep their cp.async copies; the ring's layout, the K split and the
 math are unchanged, so the outputs are the kernel's bit for bit.
 
-Why: the copy-only probe (ring_patterns.cu -DBITS=8, twenty-first session) streamed the 8-bit
-group-64 weights of 4096 -> 14336 in 19.4 us with per-warp rings of 4-group stages fed so,
-against 23.2 us for the generated kernel's 2-group cp.async ring (its whole kernel: 23.8 us).
+Why: the copy-only probe (ring_patterns.cu -DBITS=8) streamed the 8-bit group-64 weights of
+4096 -> 14336 in 19.4 us with per-warp rings of 4-group stages fed so, against 23.2 us for the
+generated kernel's 2-group cp.async ring (its whole kernel: 23.8 us;
+bench/results/h200-kernel-ab-2026-11-30-stage-tables.json).
 
 Needs: one accumulator (ring rows = the block's columns, at most 32), padded rows (a bulk copy
 cannot swizzle: MLX_METILE_CUDA_MMA_BANKPAD=1 or =0), sm_90, and bulk_copy.cuh included before

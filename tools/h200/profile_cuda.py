@@ -5,9 +5,9 @@ the profiler switched on around one more evaluation alone. `--qkv N_KV`: q/k/v i
 N, N_KV, N_KV), mlx-metile's fused kernel, or (`--who separate`) its three separate products:
 
     ncu --profile-from-start off --clock-control none --section SpeedOfLight \\
-        python bench/profile_cuda.py int4 1 --who ours --k 4096 --n 14336
+        python tools/h200/profile_cuda.py int4 1 --who ours --k 4096 --n 14336
 
-(bench/h200_profile.sh runs a list of cases so.)
+(tools/h200/profile.sh runs a list of cases so.)
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import mlx_metile as mt  # noqa: E402
 
 WHO = ("ours", "separate", "stock", "floor", "torch")

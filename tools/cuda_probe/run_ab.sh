@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # On the GPU machine: compile every harness .cu given (in parallel), then run them one by one.
-#   bash bench/cuda_probe/run_ab.sh OUTDIR a.cu b.cu ...
+#   bash tools/cuda_probe/run_ab.sh OUTDIR a.cu b.cu ...
 # Results: OUTDIR/ab.jsonl, one line per variant and row count, tagged with the harness
 # (one file: the device call brings back a limited number of files); build logs only
 # of builds that failed.
+case "${1:-}" in -h | --help) sed -n "2,/^[^#]/s/^# \{0,1\}//p" "$0"; exit 0 ;; esac
 set -uo pipefail
 out=${1:?usage: run_ab.sh OUTDIR file.cu...}
 shift

@@ -3,30 +3,34 @@ stubbed out, so it runs on any machine, against the stock block in the same proc
 patched modules add on the host before MLX sees a kernel. Minimum over 30 alternated rounds of
 300 calls.
 
-    python bench/cuda_probe/block_host.py"""
+    python tools/host/block_host.py"""
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
 
-import mlx.core as mx
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import mlx.core as mx  # noqa: E402
+
 import mlx_metile as mt  # noqa: E402
 from bench.random_llama import random_llama  # noqa: E402
-from mlx_metile import ops  # noqa: E402
-from mlx_metile.runtime import cuda as cuda_runtime  # noqa: E402
+from mlx_metile import dispatch  # noqa: E402
+from mlx_metile.backends import cuda_compile  # noqa: E402
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     stock, patched = random_llama("int4", layers=1), random_llama("int4", layers=1)
-    ops._backend = lambda stream: "cuda"
+    # the CUDA path up to MLX's launch: backend forced, launch and compiled code stubbed
+    dispatch.backend_of = lambda stream: "cuda"
     mx.fast.precompiled_cuda_kernel = lambda **kw: [
         mx.zeros(s, d) for s, d in zip(kw["output_shapes"], kw["output_dtypes"])
     ]
-    cuda_runtime.ptx = lambda artifact, arch=None: b"\0" * 20000
+    cuda_compile.ptx = lambda artifact, arch=None: b"\0" * 20000
     mt.patch(patched, verify=False, max_rows=32)
     x = mx.random.normal((1, 1, 4096)).astype(mx.bfloat16)
     mx.eval(x)

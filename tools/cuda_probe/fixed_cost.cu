@@ -1,7 +1,7 @@
 // What one memory-bound kernel launch costs beyond its bytes, on the GPU machine, timed the
-// way bench/cuda_probe/generated_harness.py times the generated kernels (launches back to
+// way tools/cuda_probe/generated_harness.py times the generated kernels (launches back to
 // back on one stream, each between two CUDA events, a pool of buffers larger than L2):
-//   nvcc -O3 -arch=sm_90 -o fixed_cost bench/cuda_probe/fixed_cost.cu && ./fixed_cost
+//   nvcc -O3 -arch=sm_90 -o fixed_cost tools/cuda_probe/fixed_cost.cu && ./fixed_cost
 // A plain read kernel (16-byte loads, grid-stride, one word written per block) reads S bytes
 // for S from 1 to 256 MB; a least-squares line t = a + S / B over the sizes gives the fixed
 // cost a of a launch and the streaming rate B. The floor of any one-kernel product of S

@@ -4,7 +4,7 @@ records every kernel of the process, MLX's graph-launched ones included; the GPU
 Nsight Systems). For each case, mlx-metile's products, stock MLX's, and the read floor
 (bench/read_floor.py) over the same pool of weights, as bench/h200.py times them:
 
-    python3 bench/kernel_timeline.py OUT.json [shape:format:rows ...]
+    python3 tools/h200/kernel_timeline.py OUT.json [shape:format:rows ...]
 
 Per implementation: kernels per product, the median kernel duration, the median gap from a
 kernel's end to the next kernel's start (negative: kernels overlapping, as MLX's graph lets
@@ -15,6 +15,7 @@ its first kernel (the host building the first CUDA graph, which nothing hides), 
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -24,11 +25,10 @@ from pathlib import Path
 
 import mlx.core as mx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from read_floor import read_all  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import h200  # noqa: E402
+from bench import cases, machine  # noqa: E402
+from bench.read_floor import read_all  # noqa: E402
 
 PRODUCTS = 256
 DEFAULT_CASES = [
@@ -112,12 +112,12 @@ def wall_per_product(fn, x, evaluations: int) -> float:
 
 def case(torch, spec: str) -> dict:
     shape, fmt, rows = spec.split(":")
-    K, N = h200.SHAPES[shape]
-    pool, nbytes = h200.make_pool(fmt, K, N)
-    metile, stock = h200.products(fmt, pool)
+    K, N = cases.SHAPES[shape]
+    pool, nbytes = cases.make_pool(fmt, K, N)
+    metile, stock = cases.products(fmt, pool, count=PRODUCTS)
 
     def floor(x):
-        return [read_all(h200.flat(pool[i % len(pool)])) for i in range(PRODUCTS)]
+        return [read_all(cases.flat(pool[i % len(pool)])) for i in range(PRODUCTS)]
 
     x = mx.random.normal((int(rows), K)).astype(mx.bfloat16)
     result = {"case": spec, "weight_bytes": nbytes}
@@ -134,17 +134,22 @@ def case(torch, spec: str) -> dict:
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", help="the JSON file to write")
+    ap.add_argument("cases", nargs="*", help=f"shape:format:rows (default: {' '.join(DEFAULT_CASES)})")
+    args = ap.parse_args()
+    for spec in args.cases:
+        shape, _, rest = spec.partition(":")
+        fmt, _, rows = rest.partition(":")
+        if shape not in cases.SHAPES or fmt not in cases.FORMATS or not rows.isdigit():
+            ap.error(f"{spec!r}: expected shape:format:rows of bench/cases.py's shapes and formats")
     import torch
 
-    if len(sys.argv) < 2:
-        raise SystemExit("usage: kernel_timeline.py OUT.json [shape:format:rows ...]")
-    h200.PRODUCTS_PER_EVAL = PRODUCTS
     mx.set_default_device(mx.gpu)
     torch.zeros(1, device="cuda")  # (PyTorch's context: CUPTI then sees MLX's kernels as well)
-    results = [case(torch, spec) for spec in (sys.argv[2:] or DEFAULT_CASES)]
-    Path(sys.argv[1]).write_text(
-        json.dumps({"mlx": mx.__version__, "torch": torch.__version__, "cases": results}, indent=1)
-    )
+    results = [case(torch, spec) for spec in (args.cases or DEFAULT_CASES)]
+    report = {**machine.facts(), "torch": torch.__version__, "products_per_eval": PRODUCTS, "cases": results}
+    Path(args.out).write_text(json.dumps(report, indent=1))
     return 0
 
 

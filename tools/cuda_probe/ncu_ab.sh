@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: Nsight Compute of the first timed launch of each harness given.
-#   bash bench/cuda_probe/ncu_ab.sh OUTDIR a.cu ...
+#   bash tools/cuda_probe/ncu_ab.sh OUTDIR a.cu ...
+case "${1:-}" in -h | --help) sed -n "2,/^[^#]/s/^# \{0,1\}//p" "$0"; exit 0 ;; esac
 set -uo pipefail
 out=${1:?usage: ncu_ab.sh OUTDIR file.cu...}
 shift

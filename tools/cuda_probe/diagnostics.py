@@ -1,7 +1,7 @@
 """Diagnostic rewrites of a generated staged kernel's source, for the A/B harness only:
 each removes one part of the work, so that timing the rest shows what that part costs.
 Their outputs are wrong by design (the harness reports how wrong in rel_diff); nothing
-outside bench/cuda_probe uses them.
+outside tools/cuda_probe uses them.
 
     nox     x is never loaded: every x value a constant (the weights stream, the math runs)
     nomath  each stage's copies are issued and waited for, nothing else: the ring alone
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 
-from bench.cuda_probe.bulk_rewrite import bulk_weights, bulk_weights_unfenced
+from .bulk_rewrite import bulk_weights, bulk_weights_unfenced
 
 X_LOAD = re.compile(r"\(xok\d+\) \? \*reinterpret_cast<const uint4\*>\([^;]*?\) : make_uint4\(0u, 0u, 0u, 0u\)")
 SLOT = re.compile(r"const unsigned char\* const slot = ring \+ rd \* \d+;")

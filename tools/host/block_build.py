@@ -3,7 +3,7 @@ patched, on the default device with the real launch path (on MLX's CUDA backend,
 nothing is evaluated, so this is the Python plus MLX's node construction a decode step pays per
 block before any encoding. Minimum over alternated rounds of 300 calls each.
 
-    python bench/cuda_probe/block_build.py [--format int8] [--rounds 20]"""
+    python tools/host/block_build.py [--format int8] [--rounds 20]"""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-import mlx.core as mx
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import mlx.core as mx  # noqa: E402
+
 import mlx_metile as mt  # noqa: E402
-from bench.random_llama import random_llama  # noqa: E402
+from bench.random_llama import FORMATS, random_llama  # noqa: E402
 
 
 def parts(block) -> dict:
@@ -38,8 +39,8 @@ def parts(block) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--format", default="int8")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--format", default="int8", choices=FORMATS)
     ap.add_argument("--rounds", type=int, default=20)
     args = ap.parse_args()
     stock, patched = random_llama(args.format, layers=1), random_llama(args.format, layers=1)

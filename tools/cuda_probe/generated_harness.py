@@ -1,19 +1,22 @@
-"""A/B timing of generated CUDA kernels without MLX: writes one .cu file that
-holds several variants (settings) of one projection's kernel and a main()
-that times each on a pool of weight sets larger than L2, and compares every
-variant's output with the first variant's (put first a schedule that passed
-the MLX correctness matrix on the GPU: it is the reference).
+"""The kernel-alone A/B harness: one .cu file holding several variants (settings) of one
+projection's generated CUDA kernel and a main() that times each, without MLX, on a pool of weight
+sets larger than the L2, and compares every variant's output with the first variant's (put first
+a schedule that passed tests/gpu on the GPU: it is the reference).
 
-    python bench/cuda_probe/generated_harness.py OUT.cu --format q4g64 --epilogue swiglu \\
+    python tools/cuda_probe/generated_harness.py OUT.cu --format q4g64 --epilogue swiglu \\
         --variant default= --variant staged0=MLX_METILE_CUDA_MMA_STAGED=0
-    nvcc -O3 -arch=sm_90 -o harness OUT.cu && ./harness   # on the GPU machine
+    nvcc -O3 -arch=sm_90 -o harness OUT.cu && ./harness   # on the GPU machine (or run_ab.sh)
 
 Prints one JSON line per variant and row count: median microseconds, effective
 weight GB/s, and the largest difference from the reference relative to its
 largest magnitude. A variant named `cublas` (dense bf16 single products) times
 cuBLAS's `cublasGemmEx` (bf16 in and out, f32 compute: what PyTorch's F.linear calls)
-on the same pool the same way - link with -lcublas. Used to pick schedules before the MLX-based runs
-(bench/h200.py), which remain the measurements the README quotes.
+on the same pool the same way - link with -lcublas. It chooses the schedules' defaults
+(docs/SCHEDULES.md); the measurements through MLX are bench/h200.py's.
+
+A variant's settings are MLX_METILE_CUDA_* assignments (variants.py) and two of the
+harness's own: HACK=name[,name] (diagnostics.py's rewrites of the source) and BUCKET=b (at most
+row bucket b's kernel, launched over ceil(rows / b) row blocks).
 """
 
 from __future__ import annotations
@@ -27,12 +30,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.cuda_probe import diagnostics  # noqa: E402
-from bench.settings import apply_cuda_settings  # noqa: E402
-from mlx_metile.compiler.lower_mma_staged import LAYOUTS, bucket_layout, column_layout  # noqa: E402
-from mlx_metile.compiler.schedule import row_bucket  # noqa: E402
-from mlx_metile.runtime import compile_projection  # noqa: E402
-from mlx_metile.spec import ProjectionSpec, WeightFormat  # noqa: E402
+from mlx_metile import settings as metile_settings  # noqa: E402
+from mlx_metile.backends.cuda_device import build_target  # noqa: E402
+from mlx_metile.formats import WeightFormat  # noqa: E402
+from mlx_metile.pipeline import compile_projection  # noqa: E402
+from mlx_metile.schedule import Shape, choose, row_bucket, takes_mma  # noqa: E402
+from mlx_metile.schedule.cuda_layouts import LAYOUT_NAMES, LAYOUTS  # noqa: E402
+from mlx_metile.schedule.cuda_mma import MmaRules  # noqa: E402
+from mlx_metile.spec import ProjectionSpec  # noqa: E402
+from tools.cuda_probe import diagnostics  # noqa: E402
+from tools.cuda_probe.variants import cuda_settings  # noqa: E402
 
 MAIN = r"""
 #include <algorithm>
@@ -145,6 +152,15 @@ def parse_format(text: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+def kernel_schedule(spec: ProjectionSpec, bucket: int, shape: Shape, layout: int | None):
+    """The schedule the op would choose for `bucket` under the current settings; with `layout`,
+    the tensor-core schedule of that column layout instead (where the tensor cores take the spec)."""
+    target, cfg = build_target(), metile_settings.current()
+    if layout is None or not takes_mma(spec, target, cfg):
+        return choose(spec, bucket, target, shape, cfg)
+    return MmaRules(spec, cfg, target).schedule(bucket, layout)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
@@ -158,7 +174,11 @@ def main() -> None:
     ap.add_argument("--pool", type=int, default=8)
     ap.add_argument("--variant", action="append", required=True, help="NAME=VAR=v;VAR=v (empty: defaults)")
     ap.add_argument(
-        "--layout", type=int, choices=LAYOUTS, default=None, help="column layout (default: the op's for N and K)"
+        "--layout",
+        type=int,
+        choices=LAYOUTS,
+        default=None,
+        help="column layout, " + ", ".join(f"{i} {n}" for i, n in enumerate(LAYOUT_NAMES)) + " (default: the op's)",
     )
     args = ap.parse_args()
     bits, group = parse_format(args.format)
@@ -180,8 +200,6 @@ def main() -> None:
     n_out = sum(Ns) if args.epilogue == "qkv" else N  # outputs one after another in y
     alloc, params = [], None
     sources, variants = [], []
-    # the op's, unless given
-    layout = column_layout(cols, K, bool(bits) and nw == 1) if args.layout is None else args.layout
     blas = [text.partition("=")[0] for text in args.variant if text.partition("=")[0] == "cublas"]
     if blas and (bits or nw != 1):
         raise SystemExit("--variant cublas: dense bf16 single products only (--format bf16 --epilogue none)")
@@ -196,13 +214,13 @@ def main() -> None:
         # BUCKET=b: at most row bucket b's kernel, launched over ceil(rows / b) row blocks (grid y)
         cap = max([0] + [int(a.partition("=")[2]) for a in settings.split(";") if a.startswith("BUCKET=")])
         pseudo = ("HACK=", "BUCKET=")
-        apply_cuda_settings(";".join(a for a in settings.split(";") if not a.startswith(pseudo)))
-        for bucket in sorted({row_bucket(r) for r in rows}):  # as the op picks kernels
-            kernel_bucket = min(bucket, cap) if cap else bucket
-            at = layout  # the op's layout for this row bucket, unless --layout gives one
-            if args.layout is None and nw == 1:
-                at = bucket_layout(layout, K, kernel_bucket, spec.weights[0])
-            art = compile_projection(spec, kernel_bucket, "cuda", at)
+        kernels = []
+        with cuda_settings(";".join(a for a in settings.split(";") if not a.startswith(pseudo))):
+            for bucket in sorted({row_bucket(r) for r in rows}):  # as the op picks kernels
+                kernel_bucket = min(bucket, cap) if cap else bucket
+                schedule = kernel_schedule(spec, kernel_bucket, Shape(K, cols), args.layout)
+                kernels.append((bucket, compile_projection(spec, schedule, "cuda")))
+        for bucket, art in kernels:
             entry = f"{art.entry}_v{vi}_b{bucket}"  # extern "C": unique across namespaces
             # each variant in its own namespace: their helpers share names
             body_src = (

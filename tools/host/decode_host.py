@@ -4,7 +4,7 @@ work encoding the kernels plus the GPU time it waits for); and the same tokens o
 as mlx-lm's generate runs them (build, `mx.async_eval`'s own time, the wait). A random-weight Llama of
 Llama-3.1-8B's block shapes built with mlx-lm's classes (nothing downloaded), batch 1.
 
-    python bench/decode_host.py [--layers 32] [--format bf16|int4|int8] [--tokens 16] [--rounds 3]
+    python tools/host/decode_host.py [--layers 32] [--format bf16|int4|int8] [--tokens 16] [--rounds 3]
         [--impls stock,mlx_metile[,mlx_metile_norms_apart][,mlx_metile_norms_fused]] [--verify BATCH ROWS]
         [--out result.json]
 
@@ -18,23 +18,22 @@ prefilled cache (trimmed back after each), evaluated, --tokens of them per round
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
-import mlx.core as mx
-import mlx.nn as nn
-from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import mlx.core as mx  # noqa: E402
+import mlx.nn as nn  # noqa: E402
+from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache  # noqa: E402
+
 import mlx_metile as mt  # noqa: E402
+from bench import machine  # noqa: E402
 from bench.random_llama import FORMATS, PATCH_OPTIONS, random_llama  # noqa: E402
-from mlx_metile import ops  # noqa: E402
+from mlx_metile.backends.cuda_launch import launch_kind  # noqa: E402
 
 PROMPT = 24  # tokens prefilled before the timed steps
 
@@ -162,7 +161,7 @@ def verify_rounds(models: dict, args) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--format", choices=FORMATS, default="int4")
     ap.add_argument("--tokens", type=int, default=16)
@@ -186,18 +185,13 @@ def main() -> int:
     else:
         rows = decode_rounds(models, args)
     report = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": str(mx.default_device()),
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-        "mlx": mx.__version__,
+        **machine.facts(),
         "layers": args.layers,
         "format": args.format,
         "tokens_per_round": args.tokens,
         "rounds": args.rounds,
         "verify": args.verify,
-        "mlx_env": {k: v for k, v in os.environ.items() if k.startswith("MLX_")},
-        "cuda_launch": ops.cuda_launch_kind(),  # (where the CUDA path runs)
+        "cuda_launch": launch_kind(),  # (where the CUDA path runs)
         "per_token": rows,
     }
     if args.out:

@@ -3,14 +3,15 @@
 # parked .whlA's parts in $HOME/parts; carry [".whlB", ".kcache", ...] (and ".pylibs" where
 # mlx-lm is needed). Once per warm machine it installs MLX's CUDA build into $HOME/site and
 # builds the extension against it (pip wheel, no build isolation) into the source tree; it unpacks the kernel cache that
-# bench/cuda_probe/precompile.py filled on a machine without a GPU (.kcache/kcache.tar.gz, a tar
+# tools/h200/precompile.py filled on a machine without a GPU (.kcache/kcache.tar.gz, a tar
 # of that cache's cuda/ folder), prints what MLX and mlx_metile see, then runs the command:
-#   bash bench/device_run.sh CMD...        (METILE_REBUILD=1 rebuilds the extension)
+#   bash tools/h200/device_run.sh CMD...        (METILE_REBUILD=1 rebuilds the extension)
 # A device call brings back at most eight files from $OUT: write results elsewhere and tar them
 # into one file there.
+case "${1:-}" in -h | --help) sed -n "2,/^[^#]/s/^# \{0,1\}//p" "$0"; exit 0 ;; esac
 set -uo pipefail
 export PYTHONPATH=$HOME/site:$PWD
-[ -d .pylibs ] && PYTHONPATH=$PYTHONPATH:$PWD/.pylibs  # mlx-lm's models: bench/device_pylibs.sh
+[ -d .pylibs ] && PYTHONPATH=$PYTHONPATH:$PWD/.pylibs  # mlx-lm's models: tools/h200/device_pylibs.sh
 if ! python3 -c "import mlx.core" 2>/dev/null; then
   [ -d "$HOME/parts" ] || { echo "no \$HOME/parts: repeat device call 1"; exit 3; }
   version=$(cd .whlB && ls mlx-*.whl | sed 's/^mlx-\([^-]*\)-.*/\1/')
@@ -39,12 +40,12 @@ if [ -f .kcache/kcache.tar.gz ]; then
 fi
 python3 - <<'EOF'
 import mlx.core as mx
-import mlx_metile as mt
-from mlx_metile import cuda_arch
+from mlx_metile.backends.cuda_device import cuda_arch
+from mlx_metile.backends.extension import _ext
 info = mx.device_info(mx.gpu)
 print(f"MLX {mx.__version__} on {mx.default_device()}: {info.get('device_name', '?')}, "
-      f"architecture {info.get('architecture')!r} -> mlx_metile builds {cuda_arch.cuda_arch()}; "
-      f"extension {'loaded' if mt.ops._ext is not None else 'NOT loaded'}, CUDA primitive "
-      f"{getattr(mt.ops._ext, 'HAS_CUDA_PRIMITIVE', None)}", flush=True)
+      f"architecture {info.get('architecture')!r} -> mlx_metile builds {cuda_arch()}; "
+      f"extension {'loaded' if _ext is not None else 'NOT loaded'}, CUDA primitive "
+      f"{getattr(_ext, 'HAS_CUDA_PRIMITIVE', None)}", flush=True)
 EOF
 "$@"
