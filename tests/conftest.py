@@ -13,6 +13,15 @@ requires_emulator = pytest.mark.skipif(
 )
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--gpu-matrix",
+        choices=("quick", "full"),
+        default="quick",
+        help="tests/gpu: the quick correctness matrix (default) or the full one",
+    )
+
+
 @pytest.fixture(scope="session")
 def rng():
     import numpy as np

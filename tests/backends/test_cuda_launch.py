@@ -1,7 +1,7 @@
 """The CUDA launch path's Python plumbing, with MLX's precompiled-kernel op
 replaced by a recorder (no GPU here): argument order, scalars, grid and block,
 output shapes, the 32-row limit, and opt-in gradients. The kernels themselves
-are checked on the H200 (bench/h200.py)."""
+are checked on the H200 (tests/gpu)."""
 
 from __future__ import annotations
 
