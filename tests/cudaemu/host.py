@@ -1,6 +1,7 @@
 """Generated CUDA run on the CPU, for tests: the kernel's own source, compiled as C++ against
-include/cuda_emu.h with one OS thread per CUDA thread, so that CI checks the values of the
-CUDA kernels (the GPU machine is lent for minutes a session) and not only that they compile.
+cuda_emu.h (beside this file), a block's CUDA threads run as fibers on the calling thread, so
+that CI checks the values of the CUDA kernels (the GPU machine is lent for minutes a session)
+and not only that they compile.
 
 What differs from the GPU build: the inline PTX statements of the helpers become calls into
 cuda_emu.h (mma.sync -> an exchange of the warp's fragments with f32 accumulation in k order;
@@ -23,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..codegen.cuda import CUDARenderer
-from .toolchain import cache_root, run_clang
+from mlx_metile.codegen.cuda import CUDARenderer
+from mlx_metile.emu.toolchain import cache_root, run_clang
 
-INCLUDE = Path(__file__).with_name("include")
+HEADER = Path(__file__).with_name("cuda_emu.h")
 
 # inline PTX of codegen/cuda.py's helpers -> the emulator's statement, by what the asm says
 _ASM_REPLACEMENTS = (
@@ -93,7 +94,7 @@ def _launcher(entry: str, params) -> str:
 def build(artifact) -> Path:
     """The artifact as a shared library for the CPU, cached by its text."""
     text = host_source(artifact.source, artifact.dynamic_shared) + "\n" + _launcher(artifact.entry, artifact.params)
-    header = (INCLUDE / "cuda_emu.h").read_text()
+    header = HEADER.read_text()
     key = hashlib.sha256(f"{text}\0{header}".encode()).hexdigest()[:24]
     out = cache_root("cuda_emu") / f"{artifact.entry}-{key}.so"
     if out.exists():
@@ -101,7 +102,7 @@ def build(artifact) -> Path:
     src = out.with_suffix(".cpp")
     src.write_text(text)
     tmp = out.with_suffix(f".{os.getpid()}.tmp.so")  # another process may build the same
-    flags = ["-x", "c++", "-std=c++20", "-O1", "-fPIC", "-shared", "-pthread", "-w", f"-I{INCLUDE}"]
+    flags = ["-x", "c++", "-std=c++20", "-O1", "-fPIC", "-shared", "-pthread", "-w", f"-I{HEADER.parent}"]
     res = run_clang([*flags, str(src), "-o", str(tmp), "-lstdc++"])
     if res.returncode != 0:
         raise CudaEmulationError(f"building {artifact.entry} for the CPU failed:\n{res.stderr[-4000:]}")
