@@ -5,7 +5,8 @@ import pytest
 
 _HERE = Path(__file__).parent
 _LINUX = pytest.mark.skipif(
-    platform.system() != "Linux", reason="the CUDA-on-CPU harness runs a block's threads as glibc ucontext fibers"
+    platform.system() != "Linux",
+    reason="the CUDA-on-CPU harness runs a block's threads as fibers written for Linux (cuda_emu.h)",
 )
 
 

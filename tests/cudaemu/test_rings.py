@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_metile.schedule.cuda_layouts import DEEP, ONE_TILE, ONE_TILE_WIDE, ONE_WAVE, TILES
+from mlx_metile.schedule.cuda_layouts import DEEP, LAYOUT_NAMES, ONE_TILE, ONE_TILE_WIDE, ONE_WAVE, TILES
 from mlx_metile.spec import ProjectionSpec, WeightFormat
 
 from .cases import Case, kernel, q4, q8, rules, same, set_knobs
@@ -47,34 +47,32 @@ def test_swizzled_rings_give_the_bits_of_padded_ones(env, spec, K, N, settings):
         assert same(a, b), f"{spec.name()} {settings}: swizzling changed bits"
 
 
-WIDTH_SWIZZLE = [  # (spec, K, N, settings): the swizzle by load width (MmaRules.width_swizzle, SWIZZLE=2)
-    (ProjectionSpec("bf16", (q8,), k_multiple=256), 1024, 48, {}),  # 16-byte loads
-    (ProjectionSpec("bf16", (q8,) * 2, "swiglu", k_multiple=256), 512, 40, {}),
-    (ProjectionSpec("bf16", (q4,), k_multiple=256), 1024, 40, {}),  # 8-byte loads
-    (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 512, 48, {}),  # dense
+WIDTH_SWIZZLE = [  # (spec, K, N): the swizzle by load width (MmaRules.width_swizzle, SWIZZLE=2)
+    (ProjectionSpec("bf16", (q8,), k_multiple=256), 1024, 48),  # 16-byte loads
+    (ProjectionSpec("bf16", (q8,) * 2, "swiglu", k_multiple=256), 512, 40),
+    (ProjectionSpec("bf16", (q4,), k_multiple=256), 1024, 40),  # 8-byte loads
+    (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 512, 48),  # dense
 ]
 
 
-@pytest.mark.parametrize(
-    "spec,K,N,settings", WIDTH_SWIZZLE, ids=[f"{c[0].name()}-{','.join(c[3]) or 'default'}" for c in WIDTH_SWIZZLE]
-)
-def test_rings_swizzled_by_load_width_give_the_bits_of_padded_ones(env, spec, K, N, settings):
+@pytest.mark.parametrize("spec,K,N", WIDTH_SWIZZLE, ids=[c[0].name() for c in WIDTH_SWIZZLE])
+def test_rings_swizzled_by_load_width_give_the_bits_of_padded_ones(env, spec, K, N):
     """Unpadded ring rows whose 16-byte pieces are swizzled by the lanes' load width (whatever
     (mask, multiplier) width_swizzle gives the spec) move bytes only: at 8, 16 and 32 rows
     (strided copies at 32) every output bit is the padded ring's (SWIZZLE=0), and the lanes'
     shared loads in the source use that swizzle."""
-    set_knobs(env, {**settings, "SWIZZLE": "2"})
+    env.set("MLX_METILE_CUDA_MMA_SWIZZLE", "2")
     mask, mult = rules(spec).width_swizzle()
     assert mask and mult, f"{spec.name()}: no width swizzle (rows under 128 bytes?): the case compares padded rings"
     case = Case(spec, K, N, rows=32)
     for bucket, rows, layout in ((8, 5, ONE_TILE), (16, 16, TILES), (32, 32, TILES)):
-        set_knobs(env, {"SWIZZLE": "2"})
+        env.set("MLX_METILE_CUDA_MMA_SWIZZLE", "2")
         art = kernel(spec, bucket, layout)
         assert (art.schedule.swizzle_mask, art.schedule.swizzle_mult) == (mask, mult), art.schedule.describe()
         assert f"^ ((g & {mask}) * {mult})" in art.source, "the lanes' shared loads are not swizzled by width"
         swizzled = case.run_kernel(art, rows)
         case.check(swizzled, rows, f"{spec.name()} width swizzle rows={rows}")
-        set_knobs(env, {"SWIZZLE": "0"})
+        env.set("MLX_METILE_CUDA_MMA_SWIZZLE", "0")
         padded = case.run(bucket, rows, layout)
         assert same(swizzled, padded), (spec.name(), bucket)
 
@@ -159,16 +157,16 @@ STAGE_CASES = [
     (ProjectionSpec("bf16", (_q(4, 128),), k_multiple=256), 32, 20, DEEP),
     (ProjectionSpec("bf16", (_q(4, 32),), k_multiple=256), 16, 9, DEEP),
     (ProjectionSpec("bf16", (_q(8, 32),), k_multiple=256), 8, 7, ONE_WAVE),
-    (ProjectionSpec("bf16", (_q(8, 128),), k_multiple=256), 8, 7, ONE_TILE),
     (ProjectionSpec("bf16", (_q(4, 64),) * 3, k_multiple=256), 8, 6, ONE_TILE_WIDE),
     (ProjectionSpec("bf16", (_q(8, 32),) * 3, k_multiple=256), 32, 20, ONE_TILE_WIDE),
     (ProjectionSpec("bf16", (_q(8, 64),) * 3, k_multiple=256), 1, 1, ONE_TILE_WIDE),
 ]
-_NAMES = {TILES: "TILES", ONE_TILE: "ONE_TILE", DEEP: "DEEP", ONE_WAVE: "ONE_WAVE", ONE_TILE_WIDE: "ONE_TILE_WIDE"}
 
 
 @pytest.mark.parametrize(
-    "spec,bucket,rows,layout", STAGE_CASES, ids=[f"{c[0].name()}-{c[1]}-{c[2]}-{_NAMES[c[3]]}" for c in STAGE_CASES]
+    "spec,bucket,rows,layout",
+    STAGE_CASES,
+    ids=[f"{c[0].name()}-{c[1]}-{c[2]}-{LAYOUT_NAMES[c[3]]}" for c in STAGE_CASES],
 )
 def test_rings_of_every_stage_count_give_the_same_bits(env, spec, bucket, rows, layout):
     """The default ring (the stages the tables give) and rings of 2, 3 and 4 stages
