@@ -1,24 +1,26 @@
 """A tiny mlx-lm model patched by mlx_metile on the CUDA path, end to end on the CPU: the op's
 launch through MLX's precompiled-kernel op is replaced by the generated CUDA kernels run on the
-CPU (mlx_metile/emu/cuda_host.py) with the arguments, scalars and grid the op passes - so the
+CPU (host.py) with the arguments, scalars and grid the op passes - so the
 plumbing and the kernels are checked together, against the unpatched model."""
 
 from __future__ import annotations
+
+import importlib
 
 import mlx.core as mx
 import numpy as np
 import pytest
 
 import mlx_metile as mt
-import mlx_metile.runtime.cuda as cuda_runtime
-from mlx_metile import ops
-from mlx_metile.emu import cuda_host
+from mlx_metile import dispatch
+from mlx_metile.backends import cuda_compile
+from mlx_metile.backends.cuda_launch import NormFirstPlan
+from mlx_metile.formats import dequantize_exact
 from mlx_metile.integrations import mlx_lm as integration
-from mlx_metile.reference import dequantize_exact
-from mlx_metile.runtime import compile_projection
 
 from ..helpers import bits
 from ..integrations.models import make
+from . import host
 
 
 @pytest.fixture
@@ -40,19 +42,16 @@ def cuda_on_cpu(monkeypatch):
         names = [p.name for p in artifact.params if p.kind == "scalar"]
         (gx, gy, _), (tx, ty, _) = kw["grid"], kw["threadgroup"]
         assert kw["threadgroup"] == artifact.threads_per_group and gx % tx == 0 and gy % ty == 0
-        cuda_host.launch(artifact, buffers + outs, dict(zip(names, kw["scalars"])), (gx // tx, gy // ty))
+        host.launch(artifact, buffers + outs, dict(zip(names, kw["scalars"])), (gx // tx, gy // ty))
         launches.append(artifact.entry)
         return [mx.array(o).view(d) for o, d in zip(outs, kw["output_dtypes"])]
 
-    monkeypatch.setenv("MLX_METILE_CUDA_ARCH", "sm_90")
-    monkeypatch.setattr(ops, "_backend", lambda stream: "cuda")
-    monkeypatch.setattr(cuda_runtime, "ptx", binary)
+    monkeypatch.setattr(dispatch, "backend_of", lambda stream: "cuda")
+    monkeypatch.setattr(cuda_compile, "ptx", binary)
     monkeypatch.setattr(mx.fast, "precompiled_cuda_kernel", precompiled_cuda_kernel)
-    ops.clear_kernel_caches()
-    compile_projection.cache_clear()  # no kernel compiled under another test's settings
+    dispatch.clear_kernel_caches()  # (no plan of another test's fake launches)
     yield launches
-    ops.clear_kernel_caches()
-    compile_projection.cache_clear()
+    dispatch.clear_kernel_caches()
 
 
 @pytest.mark.parametrize(
@@ -66,7 +65,7 @@ def test_patched_model_on_the_cuda_path_matches_the_unpatched_one(cuda_on_cpu, a
     assert report.max_diff <= report.allowed
     assert cuda_on_cpu and all(e.startswith("proj_") for e in cuda_on_cpu), cuda_on_cpu
     # fuse_norms: the input RMSNorm went into the fused q/k/v kernels (bf16 activations and norm
-    # weights); the post-attention one stays its own op before gate/up (ops.norm_pays). Without it
+    # weights); the post-attention one stays its own op before gate/up (schedule.norm_pays). Without it
     # (patch's default) no kernel takes a norm.
     assert any("_swiglu" not in e and "_rms" in e for e in cuda_on_cpu) == fuse_norms, cuda_on_cpu
     assert not any("_swiglu" in e and "_rms" in e for e in cuda_on_cpu), cuda_on_cpu
@@ -113,8 +112,9 @@ def test_rms_norm_goes_into_the_projection_kernel_on_the_cuda_path(cuda_on_cpu, 
     rms_norm op before it), within one bf16 step of the largest output of
     fused_linear(mx.fast.rms_norm(x, g, eps)) (the kernel rounds x * g once, stock rounds
     x / rms and then its product with g); its planned repeats and a Projection give the same bits.
-    SwiGLU here only through the kernel (ops.norm_pays composes it in use)."""
-    monkeypatch.setattr(ops, "norm_pays", lambda epilogue, columns: True)
+    SwiGLU here only through the kernel (schedule.norm_pays composes it in use)."""
+    rules = importlib.import_module("mlx_metile.schedule.choose")  # (the package exports its choose())
+    monkeypatch.setattr(rules, "norm_pays", lambda epilogue, columns: True)
     weights, g, x = _gate_up_with_norm()
     fused = mt.fused_linear(x, weights, epilogue="swiglu", norm=(g, 1e-5))
     assert len(cuda_on_cpu) == 1 and "_rms" in cuda_on_cpu[-1]
@@ -128,18 +128,18 @@ def test_rms_norm_goes_into_the_projection_kernel_on_the_cuda_path(cuda_on_cpu, 
 
 
 def test_a_norm_that_ops_composes_is_planned_too(cuda_on_cpu):
-    """Before SwiGLU (ops.norm_pays) the norm is mx.fast.rms_norm, then the plain kernel; a repeat
-    of the call, and a Projection's, go through a plan of that (ops._NormFirstPlan: no checking
-    path per call) and give the bits of the composition written out."""
+    """Before SwiGLU (schedule.norm_pays) the norm is mx.fast.rms_norm, then the plain kernel; a
+    repeat of the call, and a Projection's, go through a plan of that (cuda_launch.NormFirstPlan:
+    no checking path per call) and give the bits of the composition written out."""
     weights, g, x = _gate_up_with_norm()
     want = bits(mt.fused_linear(mx.fast.rms_norm(x, g, 1e-5), weights, epilogue="swiglu"))
     first = mt.fused_linear(x, weights, epilogue="swiglu", norm=(g, 1e-5))
-    plan = ops.planned("fused_linear", x, weights, [None, None], "swiglu", None, (g, 1e-5))
-    assert isinstance(plan, ops._NormFirstPlan), plan
+    plan = dispatch.planned("fused_linear", x, weights, [None, None], "swiglu", None, (g, 1e-5))
+    assert isinstance(plan, NormFirstPlan), plan
     again = mt.fused_linear(x, weights, epilogue="swiglu", norm=(g, 1e-5))
     bound = mt.Projection(weights, epilogue="swiglu", norm=(g, 1e-5))
     outs = [bound(x), bound(x)]  # (checked, then its own plan)
-    assert any(isinstance(p, ops._NormFirstPlan) for p in bound._plans.values())
+    assert any(isinstance(p, NormFirstPlan) for p in bound._plans.values())
     assert not any("_rms" in e for e in cuda_on_cpu), cuda_on_cpu
     for y in (first, again, *outs):
         assert np.array_equal(bits(y), want)

@@ -1,0 +1,197 @@
+"""The generated CUDA kernels run on the CPU (host.py: the kernel text itself, with its inline PTX
+replaced by C++), checked against float64 references with the tolerances of the GPU matrix (tests/gpu/), and
+for row invariance bit for bit: a row computed alone has the bits it has among others
+(Case.invariant: the first, middle and last rows). What this cannot check - the PTX of
+mma.sync, cp.async and lop3 - runs on the GPU."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from mlx_metile.lower import LowerError
+from mlx_metile.schedule.cuda_layouts import ONE_TILE, TILES
+from mlx_metile.spec import ProjectionSpec, WeightFormat
+
+from ..helpers import artifact, bits, rand
+from .cases import ULP, Case, kernel, q4, q8, rules, same, set_knobs, values
+
+CASES = [  # (spec, K, N): every schedule the CUDA op takes at 1..32 rows
+    (ProjectionSpec("bf16", (q4,), k_multiple=256), 512, 96),  # staged ring, 4-bit
+    (ProjectionSpec("bf16", (q8,), k_multiple=256), 512, 48),  # 8-bit nibble split
+    (ProjectionSpec("f16", (WeightFormat("f16", 4, 32),), k_multiple=256), 512, 40),  # f16, group 32, N tail
+    (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 512, 48),  # dense, 8 warps
+    (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), 512, 32),  # gate/up SwiGLU
+    (ProjectionSpec("bf16", (q4,) * 3, k_multiple=256), 512, 24),  # q/k/v in one accumulator
+    (ProjectionSpec("bf16", (q4,), k_multiple=64), 17 * 64, 32),  # odd group count: direct loads
+    (ProjectionSpec("f16", (WeightFormat("f16"),), k_multiple=32), 96, 40),  # split-K (warp shuffles)
+]
+
+
+@pytest.mark.parametrize("spec,K,N", CASES, ids=[c[0].name() for c in CASES])
+def test_cuda_kernels_on_the_cpu_match_float64_and_are_row_invariant(spec, K, N):
+    """Within tolerance at 2, 3, 16 and 20 rows, and the first, middle and last rows of each
+    equal to that row computed alone (1 row) by the 8-row kernel and by the 1-row one."""
+    case = Case(spec, K, N, rows=20)
+    for bucket, rows in ((8, 2), (8, 3), (16, 16), (32, 20)):
+        got = case.run(bucket, rows)
+        case.check(got, rows, f"{spec.name()} rows={rows}")
+        case.invariant(got, spec.name())
+        case.invariant(got, spec.name(), bucket=1)
+
+
+VARIANTS = [  # (spec, K, N, settings): epilogues, bias and residual, scales dtypes, the non-default paths
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 128, True, "bf16"),), "gelu", True, k_multiple=256), 512, 40, {}),
+    (ProjectionSpec("bf16", (WeightFormat("f32", 8, 128, True, "f32"),), "silu", k_multiple=256), 512, 32, {}),
+    (ProjectionSpec("f16", (WeightFormat("f16", 8, 64),), "gelu_approx", k_multiple=256), 512, 32, {}),
+    (ProjectionSpec("bf16", (q8,), k_multiple=256), 512, 32, {"Q8SPLIT": "0"}),
+    (
+        ProjectionSpec("bf16", (WeightFormat("bf16", has_bias=True, bias_dtype="bf16"),), k_multiple=64),
+        256,
+        32,
+        {"DENSE": "1"},
+    ),
+    (ProjectionSpec("bf16", (q4,), k_multiple=256), 512, 32, {"WIDE": "1"}),
+    # interleaved K stages: 5 stages over 4 warps (one warp takes two), SwiGLU, dense over 8 warps
+    (ProjectionSpec("bf16", (q4,), k_multiple=256), 1280, 32, {"INTERLEAVE": "1"}),
+    # x later in a stage: half of it after the first chunks' math (2), one chunk ahead (3)
+    (ProjectionSpec("bf16", (q4,), k_multiple=256), 1280, 32, {"LATE": "2"}),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 8, 32),), k_multiple=256), 1280, 32, {"LATE": "3"}),
+    (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), 768, 16, {"INTERLEAVE": "1"}),
+    (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=64), 320, 32, {"INTERLEAVE": "1"}),
+    # rings over 48 KB in dynamic shared memory: SwiGLU with two tiles; 4 tiles of 8 stages
+    (ProjectionSpec("bf16", (q4, q4), "swiglu", k_multiple=256), 1024, 48, {"SMEM": "96"}),
+    (ProjectionSpec("bf16", (q4,), k_multiple=256), 2048, 80, {"SMEM": "160", "TILES": "4", "STAGES": "8"}),
+    (ProjectionSpec("f16", (WeightFormat("f16", has_bias=True, bias_dtype="f16"),) * 3, k_multiple=256), 256, 16, {}),
+]
+
+
+@pytest.mark.parametrize(
+    "spec,K,N,settings", VARIANTS, ids=[f"{c[0].name()}-{','.join(c[3]) or 'default'}" for c in VARIANTS]
+)
+def test_cuda_variants_on_the_cpu_match_float64(env, spec, K, N, settings):
+    """Each variant's tensor-core kernel within tolerance at 16 rows, its rows the same bits alone;
+    its ring is in dynamic shared memory exactly where the SMEM knob or a measured ring rule
+    (MmaRules.ring_rule's KB) asks for more than the 48 KB a kernel declares statically."""
+    set_knobs(env, settings)
+    art = kernel(spec, 16, TILES)
+    assert art.schedule.kind == "mma"
+    ring_kb = rules(spec).ring_rule(TILES, 16)[0]
+    assert (art.dynamic_shared > 48 * 1024) == ("SMEM" in settings or ring_kb > 48), art.schedule.describe()
+    case = Case(spec, K, N, rows=16)
+    got = case.run(16, 16)
+    case.check(got, 16, f"{spec.name()} {settings}")
+    case.invariant(got, f"{spec.name()} {settings}")
+
+
+SECTOR = [  # (spec, K, N, settings): the sector layout (MmaRules.sector)
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 128),), k_multiple=256), 1024, 40, {}),  # chunks of 4 slices
+    (ProjectionSpec("f16", (WeightFormat("f16", 8, 128),), k_multiple=256), 1024, 24, {}),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 128),), k_multiple=256), 512, 24, {"STAGED": "0"}),  # direct loads
+    (ProjectionSpec("bf16", (q8, q8), "swiglu", k_multiple=256), 512, 16, {"XSECTOR": "1"}),  # asked for at g64
+]
+
+
+@pytest.mark.parametrize(
+    "spec,K,N,settings", SECTOR, ids=[f"{c[0].name()}-{','.join(c[3]) or 'default'}" for c in SECTOR]
+)
+def test_sector_layout_matches_float64_and_is_row_invariant(env, spec, K, N, settings):
+    """Lane t's k of a chunk at t * 8 + 32 s: the x loads, the ring's (or global) word loads and
+    the unpacking agree - within the float64 tolerance, and rows alike alone and among 5, 16 and 32."""
+    set_knobs(env, settings)
+    art = kernel(spec, 16, ONE_TILE)
+    assert art.schedule.sector and "+ 32 + t * 8)" in art.source, "x not in the sector layout"
+    assert ("metile_cp16(" in art.source) == ("STAGED" not in settings)
+    case = Case(spec, K, N, rows=32)
+    for bucket, rows in ((8, 5), (16, 16), (32, 32)):
+        got = case.run(bucket, rows)
+        case.check(got, rows, f"{spec.name()} {settings} rows={rows}")
+        case.invariant(got, f"{spec.name()} {settings}")
+
+
+def test_concatenated_outputs_of_unequal_widths_match_float64_and_are_row_invariant():
+    """Fused q/k/v of widths 40, 16 and 24 in one accumulator (member boundaries inside 16-column
+    tiles): each output within float64's tolerance, and rows alike alone and among 9."""
+    spec = ProjectionSpec("bf16", (q4,) * 3, k_multiple=256)
+    case = Case(spec, 512, (40, 16, 24), rows=9)
+    got = case.run(16, 9)
+    assert [y.shape for y in got] == [(9, 40), (9, 16), (9, 24)]
+    case.check(got, 9, "q/k/v of unequal widths")
+    case.invariant(got, "q/k/v of unequal widths")
+
+
+def _with_norm(case: Case, seed: int, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """A random RMSNorm weight g among `case`'s buffers; float64 of bf16(x * g) (rounded once, as
+    the kernel's B operand: MLX's bf16 product) and of each row's 1 / sqrt(mean(x^2) + eps), [rows, 1]."""
+    g = (rand((case.K,), mx.bfloat16, seed, 0.5) + 1.0).astype(mx.bfloat16)
+    case.replace(norm=bits(g))
+    x = mx.array(case.x.astype(np.float32)).astype(mx.bfloat16)
+    xg = np.array((x * g).astype(mx.float32), np.float64)
+    return xg, 1.0 / np.sqrt((case.x**2).mean(axis=1, keepdims=True) + eps)
+
+
+NORM_CASES = [  # (weight, K, N, k_multiple): RMSNorm fused into the tensor-core kernels
+    (q4, 512, 48, 256),  # staged ring
+    (q8, 512, 40, 256),
+    (WeightFormat("bf16"), 512, 48, 256),  # dense, 8 warps
+    (q4, 17 * 64, 32, 64),  # odd group count: direct loads
+]
+
+
+@pytest.mark.parametrize("weight,K,N,k_multiple", NORM_CASES, ids=["q4", "q8", "dense", "q4direct"])
+def test_fused_rms_norm_matches_float64_and_keeps_rows_invariant(weight, K, N, k_multiple):
+    """spec.norm_eps: y = (bf16(x * g) @ W.T) / sqrt(mean(x^2) + eps), against float64 of that
+    formula (x * g rounded to bf16 once, as the kernel's B operand) within one output rounding, f32
+    accumulation and 1e-4 for the f32 sum of squares and rsqrt; a row alone equals that row among 5
+    and 20, bit for bit, and the several-tile layout gives the one-tile layout's bits."""
+    eps = 1e-5
+    spec = ProjectionSpec("bf16", (weight,), k_multiple=k_multiple, norm_eps=eps)
+    case = Case(spec, K, N, rows=20)
+    xg, inv = _with_norm(case, 31, eps)
+    exact = (xg @ case.w[0].T) * inv
+    mag = (np.abs(xg) @ np.abs(case.w[0]).T) * inv
+    by_layout = {}
+    for bucket, rows, layout in ((8, 5, ONE_TILE), (32, 20, ONE_TILE), (32, 20, TILES)):
+        got = case.run(bucket, rows, layout=layout)
+        e = exact[:rows]
+        tol = ULP["bf16"] * np.abs(e) + (K + 2) * 2.0**-24 * mag[:rows] + 1e-4 * np.abs(e)
+        err = np.abs(values(got[0], "bf16") - e)
+        assert (err <= tol).all(), f"rows={rows} layout={layout}: worst error {err.max():.3g}"
+        case.invariant(got, f"norm layout={layout}", bucket=1)
+        if rows == 20:
+            by_layout[layout] = got
+    assert same(by_layout[TILES], by_layout[ONE_TILE]), "the column tiles per block changed the bits"
+
+
+def test_fused_rms_norm_is_refused_where_its_kernel_is_not_the_k_split_one():
+    """f16 activations (not written yet) and targets without the tensor-core schedule refuse the
+    spec by name, rather than computing x without its norm."""
+    spec = ProjectionSpec("f16", (WeightFormat("f16", 4, 64),), k_multiple=256, norm_eps=1e-5)
+    with pytest.raises(LowerError, match="RMSNorm"):
+        kernel(spec, 8, ONE_TILE)
+    with pytest.raises(ValueError, match="RMSNorm"):
+        artifact(ProjectionSpec("bf16", spec.weights, k_multiple=256, norm_eps=1e-5), 8, "msl")
+
+
+@pytest.mark.parametrize("epilogue,count", [("swiglu", 2), (None, 3)], ids=["gate_up", "qkv"])
+def test_fused_rms_norm_before_swiglu_and_concatenated_weights(epilogue, count):
+    """The norm's two consumers in a transformer block: the SwiGLU gate/up (two accumulators) and
+    q/k/v (three weights' columns in one accumulator), against float64 of the formula above."""
+    eps = 1e-6
+    spec = ProjectionSpec("bf16", (q4,) * count, epilogue, k_multiple=256, norm_eps=eps)
+    K, rows = 512, 9
+    case = Case(spec, K, 32 if epilogue else (32, 16, 16), rows=rows)
+    xg, inv = _with_norm(case, 32, eps)
+    z = [(xg @ w.T) * inv for w in case.w]
+    mags = [(np.abs(xg) @ np.abs(w).T) * inv for w in case.w]
+    got = case.run(16, rows)
+    if epilogue == "swiglu":
+        exact, tol = [z[0] / (1 + np.exp(-z[0])) * z[1]], [1e-2 * np.abs(z[0] * z[1]).max()]
+    else:
+        exact = z
+        tol = [(K + 2) * 2.0**-24 * m + 1e-4 * np.abs(e) for e, m in zip(z, mags)]
+    for y, e, t in zip(got, exact, tol):
+        err = np.abs(values(y, "bf16") - e)
+        assert (err <= ULP["bf16"] * np.abs(e) + t).all(), f"worst error {err.max():.3g}"
+    case.invariant(got, f"norm {epilogue or 'q/k/v'}", bucket=1)
