@@ -23,8 +23,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from mlx_metile.kernels import projection_program
 
+from mlx_metile import kernels
 from mlx_metile.backends.cuda_compile import MAGIC, binary_kind, compiler, find_nvcc, ptx
 from mlx_metile.backends.cuda_device import build_target
 from mlx_metile.backends.nvrtc import find_nvrtc, include_dirs
@@ -65,7 +65,7 @@ def cuda(s: ProjectionSpec, rows: int, layout: int | None = None):
 
 def kernel_def(s: ProjectionSpec, art):
     """The lowered kernel `art` was rendered from (its launch bound, dynamic shared memory)."""
-    return lower(bind_meta(projection_program(s), art.schedule.meta()), art.schedule, s)
+    return lower(bind_meta(kernels.projection_program(s), art.schedule.meta()), art.schedule, s)
 
 
 def sm90_code(data: bytes) -> bool:

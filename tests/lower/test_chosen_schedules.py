@@ -2,14 +2,17 @@
 spec - the lowering (mlx_metile.lower.lower) raises no LowerError - and the kernel it builds asks
 for no more shared memory than the target gives.
 
-Which (spec, Schedule) pairs are lowered (all 5,500 would take minutes):
-- every tensor-core pair of sm_90, with the bias and the residual left out of the spec (they add
-  loads and stores to the epilogue only, which no Schedule field shapes);
+Which (spec, Schedule) pairs are lowered (all 5,500 would take minutes; these take seconds):
+- of the tensor-core pairs of sm_90 and of the fused RMSNorm (wherever fuses_norm takes it), each
+  Schedule with each fusion it was chosen for (the weights' count, epilogue, norm), and each spec,
+  at least once - bias and residual left out (they add epilogue loads that no Schedule field
+  shapes);
 - of sm_80, the pairs that are not sm_90's but for the shared-memory facts, and those whose rings
   the facts touch (dynamic shared memory, shared x); of sm_86, the shared-x pairs (the lowering
   checks their rings against the block's shared memory);
-- each SIMT Schedule once, with the plainest spec it was chosen for;
-- the fused RMSNorm's Schedules on sm_90 (wherever fuses_norm takes it), each once.
+- the SIMT Schedules: each combination of their fields but the tile's rows and columns (BM, NC)
+  with its smallest tile, and each BM - the SIMT lowerings check the tile only through the
+  meta-parameters bound from the Schedule - each with the plainest spec it was chosen for.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from dataclasses import replace
 from functools import lru_cache
 
 import pytest
-from mlx_metile.kernels import projection_program
 
+from mlx_metile import kernels
 from mlx_metile.ir import bind_meta, verify
 from mlx_metile.lower import LowerError, lower
 from mlx_metile.schedule import choose, fuses_norm
@@ -46,6 +49,27 @@ def ring_touched(spec, s) -> bool:
     return s.staged and s.SG * s.stages * slot_bytes(spec, s.BN // TILE, s.groups, s.row_pad) > STATIC_SHARED_BYTES
 
 
+def fusion(spec) -> tuple:
+    return (len(spec.weights), spec.epilogue, spec.norm_eps is not None)
+
+
+def covering(candidates) -> list[tuple]:
+    """Of (spec, Schedule) pairs, enough to have each Schedule with each fusion it was chosen for,
+    and each spec, at least once."""
+    have, specs, out = set(), set(), []
+    for spec, s in sorted(candidates, key=str):
+        key = (facts_free(s), fusion(spec))
+        if key not in have or spec not in specs:
+            out.append((spec, s))
+            have.add(key)
+            specs.add(spec)
+    return out
+
+
+def plainest(specs):
+    return min(specs, key=lambda sp: (len(sp.weights), sp.epilogue or "", sp.has_residual, sp.name()))
+
+
 def pairs() -> list[tuple]:
     table = decisions.table()
     by_target: dict[str, set] = {"sm_90": set(), "sm_80": set()}
@@ -57,11 +81,6 @@ def pairs() -> list[tuple]:
             else:
                 simt.setdefault(s, set()).add(case.spec)
     sm90 = by_target["sm_90"]
-    seen = {(spec, facts_free(s)) for spec, s in sm90}
-    sm80 = {(sp, s) for sp, s in by_target["sm_80"] if (sp, facts_free(s)) not in seen or ring_touched(sp, s)}
-    sm86 = decisions.decide(targets={"sm_86": cuda_target("sm_86")})
-    sm86_x = {(plain(c.spec), s) for c, ss in sm86.items() for s in ss if s.xshare}
-    norms: dict = {}
     target, cfg = decisions.TARGETS["sm_90"], decisions.defaults()
     for case in table:
         spec = plain(case.spec)
@@ -69,14 +88,17 @@ def pairs() -> list[tuple]:
             normed = replace(spec, norm_eps=1e-5)
             for rows in decisions.ROWS:
                 if fuses_norm(normed, rows, target, case.shape, cfg):
-                    norms.setdefault(choose(normed, rows, target, case.shape, cfg), normed)
-    plainest = {
-        s: min(specs, key=lambda sp: (len(sp.weights), sp.epilogue or "", sp.has_residual, sp.name()))
-        for s, specs in simt.items()
-    }
-    return sorted(sm90 | sm80 | sm86_x | {(sp, s) for s, sp in norms.items()}, key=str) + sorted(
-        ((sp, s) for s, sp in plainest.items()), key=str
-    )
+                    sm90.add((normed, choose(normed, rows, target, case.shape, cfg)))
+    seen = {(spec, facts_free(s)) for spec, s in sm90}
+    sm80 = {(sp, s) for sp, s in by_target["sm_80"] if (sp, facts_free(s)) not in seen or ring_touched(sp, s)}
+    sm86 = decisions.decide(targets={"sm_86": cuda_target("sm_86")})
+    sm86_x = {(plain(c.spec), s) for c, ss in sm86.items() for s in ss if s.xshare}
+    tiles: dict = {}
+    for s in sorted(simt, key=lambda s: (s.BM * s.NC, str(s))):
+        tiles.setdefault(s.with_fields(BM=0, NC=0), s)
+        tiles.setdefault((s.kind, s.BM), s)
+    simt_pairs = [(plainest(simt[s]), s) for s in set(tiles.values())]
+    return covering(sm90) + sorted(sm80 | sm86_x, key=str) + sorted(simt_pairs, key=str)
 
 
 @lru_cache(maxsize=1)
@@ -84,7 +106,7 @@ def lowered() -> list[tuple]:
     """(spec, Schedule, KernelDef or the LowerError) of each pair."""
     out = []
     for spec, s in pairs():
-        program = bind_meta(projection_program(spec), s.meta())
+        program = bind_meta(kernels.projection_program(spec), s.meta())
         verify(program)
         try:
             out.append((spec, s, lower(program, s, spec)))
