@@ -4,7 +4,7 @@ default settings), whatever the tuned values:
 - row invariance: the fields of a row's sum order are the same in every row bucket of a spec and
   shape, so a row's bits do not depend on how many rows share the call;
 - the SIMT k split is the same on every target;
-- the staged rings fit the shared memory the target gives a block;
+- the staged rings fit the shared memory the target gives a block (the SMEM setting's too);
 - the rows of a staged ring are read without shared-memory bank conflicts.
 """
 
@@ -12,9 +12,16 @@ from __future__ import annotations
 
 import pytest
 
+from mlx_metile import settings
+from mlx_metile.backends.cuda_device import build_target
 from mlx_metile.lower.mma import SPLIT_ALIGN
+from mlx_metile.pipeline import compile_projection
+from mlx_metile.schedule.cuda_layouts import TILES
+from mlx_metile.schedule.cuda_mma import MmaRules
 from mlx_metile.schedule.geometry import TILE, chunk_bytes, lane_load_bytes, slot_bytes
+from mlx_metile.spec import ProjectionSpec, WeightFormat
 from mlx_metile.targets import cuda_target
+from mlx_metile.targets.cuda import STATIC_SHARED_BYTES
 from tests.schedule import decisions
 
 # Schedule fields of a tensor-core row's sum order (schedule.py, "Row invariance"): the K split
@@ -174,3 +181,20 @@ def test_bankpad_settings(env):
             assert {s.row_pad for s in staged} == {16}
             widths = {line.split(": ")[1].split(" ")[0] for line in conflicted(table)}
             assert widths == {"8-byte", "16-byte"}, widths
+
+
+@pytest.mark.parametrize("arch", ["sm_86", "sm_80"])
+def test_ring_budgets_are_capped_at_what_the_architecture_gives_a_block(env, arch):
+    """The ring budgets (measured on sm_90) and the SMEM setting's are capped at the architecture's
+    per-block shared memory, so that every kernel launches there."""
+    limit = cuda_target(arch).smem_block
+    env.set("MLX_METILE_CUDA_ARCH", arch)
+    env.set("MLX_METILE_CUDA_MMA_SMEM", "200")
+    dense = ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256)
+    q8 = ProjectionSpec("bf16", (WeightFormat("bf16", 8, 128),) * 2, "swiglu", k_multiple=256)
+    cfg, target = settings.current(), build_target()
+    assert target.smem_block == limit and MmaRules(dense, cfg, target).ring_budget(4) == min(200 * 1024, limit)
+    for spec in (dense, q8):
+        for bucket in (1, 16, 32):
+            art = compile_projection(spec, MmaRules(spec, cfg, target).schedule(bucket, TILES), "cuda")
+            assert STATIC_SHARED_BYTES < art.dynamic_shared <= limit, (spec.name(), bucket, art.dynamic_shared)
