@@ -312,6 +312,10 @@ class StagedMMALowering(MMALowering):
         # two K ranges per warp: the first range's partial sums wait after the ring
         early_at = ring_bytes
         ring_bytes = self.ring_bytes = ring_bytes + (self.red_bytes(nacc) // 2 if self.per_warp > 1 else 0)
+        if ring_bytes > s.smem_block:
+            raise LowerError(
+                f"{self.p.name}: the rings take {ring_bytes} bytes of shared memory, over the {s.smem_block} a block may have"
+            )
         out: list = [
             ring_declaration(ring_bytes),
             Decl(BYTE_PTR, "ring", V("metile_ring") + V("warp") * (stages * self.slot)),

@@ -2,7 +2,7 @@
 it from hand rules per target, tuned tables (data files) and the settings' overrides."""
 
 from .buckets import MAX_ROWS_PER_PROGRAM, ROW_BUCKETS, TILED_BUCKET, row_bucket
-from .choose import NORM_FUSED_MAX_COLUMNS, Shape, choose, fuses_norm, norm_pays, takes_mma, tensor_cores
+from .choice import NORM_FUSED_MAX_COLUMNS, Shape, choose, fuses_norm, norm_pays, takes_mma, tensor_cores
 from .schedule import SIMD_WIDTH, Schedule
 
 __all__ = [

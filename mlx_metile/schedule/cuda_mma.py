@@ -7,10 +7,11 @@ warps and blocks per SM - and `schedule()` gathers the answers into a `Schedule`
 behind each default are in docs/SCHEDULES.md, one section per rule; the lowerings in
 `mlx_metile/lower/` build whatever Schedule they are given, checking only its legality.
 
-Row invariance: the K split (warps' ranges, their alignment, `wide`, `interleave`, the staged or
-direct loads), the k order within a chunk (`sector`) and the rounding of 8-bit values (`q8split`)
-are properties of the spec and layout, the same for every row bucket; tiles, batch and stages
-move loads only.
+Row invariance: the K split (the K ranges and their alignment, `wide`, `interleave`), the k order
+within a chunk (`sector`) and the rounding of 8-bit values (`q8split`) are properties of the spec
+and layout, the same for every row bucket by default; tiles, batch, stages and the staged or
+direct loads move loads only. Three settings can break that (MLX_METILE_CUDA_MMA_WARPS=8 or 16,
+_GROUPS=8 give some specs other K ranges in some row buckets; tests/schedule/test_knobs.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ..settings import Settings
 from ..spec import ProjectionSpec
 from ..targets.cuda import STATIC_SHARED_BYTES, CudaTarget
 from .buckets import MAX_ROWS_PER_PROGRAM, row_bucket
-from .cuda_layouts import DEEP, ONE_TILE, ONE_TILE_WIDE, ONE_WAVE, SPREAD, TILES, WAVE_BLOCKS
+from .cuda_layouts import DEEP, LAYOUTS, ONE_TILE, ONE_TILE_WIDE, ONE_WAVE, SPREAD, TILES, WAVE_BLOCKS
 from .geometry import TILE, chunk_bytes, chunk_k, lane_load_bytes, scale_bytes_of, slot_bytes
 from .schedule import Schedule
 from .tables import CudaTables, cuda_tables
@@ -343,6 +344,8 @@ class MmaRules:
 
     # -- the schedule -----------------------------------------------------------------------
     def schedule(self, rows_bucket: int, layout: int) -> Schedule:
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout: expected one of {LAYOUTS} (schedule.cuda_layouts), got {layout!r}")
         spec = self.spec
         ranges = self.mma_warps(layout)
         warps = self.block_warps(layout, rows_bucket, ranges)

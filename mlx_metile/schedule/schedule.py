@@ -15,10 +15,11 @@ Kinds:
   directly by the lanes, through a staged shared-memory ring (`staged`), or with x shared by the
   block's warps (`xshare`). docs/SCHEDULES.md says what each field does and why its defaults.
 
-Row invariance: a row's sum order depends only on fields fixed per spec (VK, the K split:
-`splits`, `wide`, `q8split`, `sector`, `interleave`, the staged/direct choice), never on BM or
-the fields that only move loads (NC, batch, stages, ...), so a row's bits do not depend on how many
-rows share the call.
+Row invariance: a row's sum order depends only on what is fixed per spec and layout (VK, the K
+ranges and their alignment, `wide`, `q8split`, `sector`, `interleave`), never on BM or the fields
+that only move loads (NC, batch, stages, the staged or direct loads, ...), so a row's bits do not
+depend on how many rows share the call. (`splits` counts K ranges only where a warp takes more
+than one; the ranges themselves are what stays.)
 """
 
 from __future__ import annotations

@@ -236,7 +236,7 @@ def test_rms_norm_fuses_only_where_it_measured_faster(fake_cuda):
     """schedule.norm_pays: the norm goes into q/k/v-like kernels of at most NORM_FUSED_MAX_COLUMNS
     outputs, at every row count the kernels take (rows stay invariant); before SwiGLU or over
     more columns it is mx.fast.rms_norm before a plain kernel (the H200 measurements in
-    mlx_metile/schedule/choose.py)."""
+    mlx_metile/schedule/choice.py)."""
     K = 256
     q = [mt.QuantizedWeight(*mx.quantize(rand((n, K), mx.bfloat16, i, 0.1), group_size=64, bits=4), 64, 4)
          for i, n in enumerate((64, 64, NORM_FUSED_MAX_COLUMNS - 128))]  # fmt: skip

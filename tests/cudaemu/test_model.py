@@ -113,7 +113,7 @@ def test_rms_norm_goes_into_the_projection_kernel_on_the_cuda_path(cuda_on_cpu, 
     fused_linear(mx.fast.rms_norm(x, g, eps)) (the kernel rounds x * g once, stock rounds
     x / rms and then its product with g); its planned repeats and a Projection give the same bits.
     SwiGLU here only through the kernel (schedule.norm_pays composes it in use)."""
-    rules = importlib.import_module("mlx_metile.schedule.choose")  # (the package exports its choose())
+    rules = importlib.import_module("mlx_metile.schedule.choice")
     monkeypatch.setattr(rules, "norm_pays", lambda epilogue, columns: True)
     weights, g, x = _gate_up_with_norm()
     fused = mt.fused_linear(x, weights, epilogue="swiglu", norm=(g, 1e-5))

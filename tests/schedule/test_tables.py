@@ -14,7 +14,7 @@ from mlx_metile.schedule.tables import HERE, CudaTables, cuda_tables
 from tests.schedule import decisions
 
 RAW = json.loads((HERE / "cuda.json").read_text())
-CHOOSE = importlib.import_module("mlx_metile.schedule.choose")  # (the module; the package exports the function)
+CHOOSE = importlib.import_module("mlx_metile.schedule.choice")
 
 
 def test_the_file_loads_as_the_rules_read_it():

@@ -38,7 +38,7 @@ from bench import cases, machine  # noqa: E402
 from bench.timing import timed, timed_pair  # noqa: E402
 
 # the module (mlx_metile.schedule's attribute `choose` is the function of that name)
-schedule_choose = importlib.import_module("mlx_metile.schedule.choose")
+schedule_choose = importlib.import_module("mlx_metile.schedule.choice")
 
 K = 4096
 SHAPES = {  # name: (output widths, epilogue)
