@@ -2,7 +2,8 @@
 # On the lent GPU machine: device call 2 of ../shared/DEVICE.md's pair, made right after call 1
 # parked .whlA's parts in $HOME/parts; carry [".whlB", ".kcache", ...] (and ".pylibs" where
 # mlx-lm is needed). Once per warm machine it installs MLX's CUDA build into $HOME/site and
-# builds the extension against it (pip wheel, no build isolation) into the source tree; it unpacks the kernel cache that
+# installs the package against it (editable, no build isolation: kernels/ is mlx_metile.kernels only
+# through an install, so the bare source tree is not importable); it unpacks the kernel cache that
 # tools/h200/precompile.py filled on a machine without a GPU (.kcache/kcache.tar.gz, a tar
 # of that cache's cuda/ folder), prints what MLX and mlx_metile see, then runs the command:
 #   bash tools/h200/device_run.sh CMD...        (METILE_REBUILD=1 rebuilds the extension)
@@ -10,7 +11,7 @@
 # into one file there.
 case "${1:-}" in -h | --help) sed -n "2,/^[^#]/s/^# \{0,1\}//p" "$0"; exit 0 ;; esac
 set -uo pipefail
-export PYTHONPATH=$HOME/site:$PWD
+export PYTHONPATH=$HOME/site
 [ -d .pylibs ] && PYTHONPATH=$PYTHONPATH:$PWD/.pylibs  # mlx-lm's models: tools/h200/device_pylibs.sh
 if ! python3 -c "import mlx.core" 2>/dev/null; then
   [ -d "$HOME/parts" ] || { echo "no \$HOME/parts: repeat device call 1"; exit 3; }
@@ -19,20 +20,12 @@ if ! python3 -c "import mlx.core" 2>/dev/null; then
   cat "$HOME"/parts/part_* .whlB/part_* >"$whl"
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$HOME/site" "$whl" .whlB/mlx-*.whl || exit 4
 fi
-if [ "${METILE_REBUILD:-0}" = 1 ] || ! ls mlx_metile/_ext*.so >/dev/null 2>&1; then
+if [ "${METILE_REBUILD:-0}" = 1 ] || ! python3 -c "import mlx_metile._ext" 2>/dev/null; then
   t0=$SECONDS
-  rm -rf /tmp/metile_whl
-  python3 -m pip wheel -v --no-build-isolation --no-deps -w /tmp/metile_whl . >/tmp/metile_build.txt 2>&1 ||
+  python3 -m pip install -v --no-build-isolation --no-deps -e . >/tmp/metile_build.txt 2>&1 ||
     { tail -30 /tmp/metile_build.txt; exit 5; }
   grep -o "mlx-metile: .*" /tmp/metile_build.txt
-  python3 - <<'EOF'
-import glob, zipfile
-z = zipfile.ZipFile(glob.glob("/tmp/metile_whl/mlx_metile-*.whl")[0])
-for name in z.namelist():
-    if name.startswith("mlx_metile/_ext"):
-        z.extract(name, ".")
-EOF
-  echo "extension built in $((SECONDS - t0)) s"
+  echo "package installed (editable) in $((SECONDS - t0)) s"
 fi
 export MLX_METILE_CACHE=$HOME/kcache MLX_METILE_NVCC=/usr/local/cuda/bin/nvcc
 if [ -f .kcache/kcache.tar.gz ]; then
