@@ -1,6 +1,6 @@
 """Generated CUDA run on the CPU, for tests: the kernel's own source, compiled as C++ against
 cuda_emu.h (beside this file), a block's CUDA threads run as fibers on the calling thread, so
-that CI checks the values of the CUDA kernels (the GPU machine is lent for minutes a session)
+that CI checks the values of the CUDA kernels (the GPU machine is lent only briefly)
 and not only that they compile.
 
 What differs from the GPU build: the inline PTX statements of the helpers become calls into
