@@ -183,8 +183,16 @@ def test_report_prints_and_bad_arguments():
     report.restore()
     with pytest.raises(TypeError, match="model: expected an mlx.nn.Module"):
         mt.patch(object())
-    with pytest.raises(ValueError, match="tolerance: must be >= 0"):
+    with pytest.raises(ValueError, match="tolerance: must be finite and >= 0, got -1"):
         mt.patch(model, tolerance=-1)
+    with pytest.raises(ValueError, match="tolerance: must be finite and >= 0, got nan"):
+        mt.patch(model, tolerance=float("nan"))
+    with pytest.raises(TypeError, match="tolerance: expected a number, got str"):
+        mt.patch(model, tolerance="x")
+    with pytest.raises(TypeError, match="max_rows: expected an integer, got str"):
+        mt.patch(model, max_rows="a")
+    with pytest.raises(ValueError, match="max_rows: must be >= 1, got 0"):
+        mt.patch(model, max_rows=0)
 
 
 @pytest.mark.parametrize("fmt", ["float32", "q4g64"])
