@@ -72,11 +72,30 @@ def _promote(a: mx.Dtype, b: mx.Dtype) -> mx.Dtype:
     return (mx.zeros((1,), a) + mx.zeros((1,), b)).dtype
 
 
-def weight_lists(weights, biases) -> tuple[list[Weight], list[mx.array | None]]:
+def weight_lists(
+    weights: Sequence[Weight], biases: Sequence[mx.array | None] | None
+) -> tuple[list[Weight], list[mx.array | None]]:
     """fused_linear's weights and biases as lists (biases None: one None per weight)."""
     if isinstance(weights, (mx.array, QuantizedWeight)) or not isinstance(weights, (list, tuple)):
         raise TypeError("weights: expected a list or tuple of arrays / QuantizedWeight")
-    return list(weights), list(biases) if biases is not None else [None] * len(weights)
+    if biases is None:
+        return list(weights), [None] * len(weights)
+    if not isinstance(biases, (list, tuple)):
+        raise TypeError(f"biases: expected a list or tuple (one array or None per weight), got {type(biases).__name__}")
+    return list(weights), list(biases)
+
+
+def norm_argument(norm) -> Norm | None:
+    """`norm` as given to fused_linear or Projection: None, or (weight, eps) with eps a float
+    (numpy scalars and ints as MLX takes them); the weight's shape is checked with the call."""
+    if norm is None:
+        return None
+    if not isinstance(norm, tuple) or len(norm) != 2:
+        raise TypeError("norm: expected (weight, eps) of an RMSNorm, weight of shape (K,)")
+    g, eps = norm
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"norm[1]: expected a number (the RMSNorm's eps), got {type(eps).__name__}")
+    return (g, float(eps))
 
 
 def check_bias_count(weights: Sequence, biases: Sequence) -> None:

@@ -19,10 +19,11 @@ from functools import lru_cache
 import mlx.core as mx
 
 from . import settings
-from .backends import cuda_launch, primitive
+from .artifact import Artifact
+from .backends import cuda_compile, cuda_launch, emulated, primitive
 from .backends.cuda_device import build_target
 from .backends.extension import has_metal
-from .backends.inputs import norm_inputs, weight_inputs
+from .backends.inputs import binding_template, norm_inputs, weight_inputs
 from .call import Call, Norm, check, product_dtypes
 from .formats import QuantizedWeight
 from .gradients import differentiable
@@ -30,7 +31,7 @@ from .pipeline import compile_projection
 from .reference import finish, fused_reference
 from .schedule import Shape, choose, fuses_norm, row_bucket
 from .spec import ProjectionSpec
-from .targets import CPU, MetalTarget
+from .targets import CPU, MetalTarget, Target
 from .trace import TraceRecord, record, tracing
 
 INDEX_LIMIT = 2**31 - 2**20  # elements; offsets in the kernels are int32
@@ -72,12 +73,12 @@ def cuda_max_rows() -> int:
 
 
 @lru_cache(maxsize=1024)
-def _compiled(spec: ProjectionSpec, bucket: int, target, shape: Shape, generation: int):
+def _compiled(spec: ProjectionSpec, bucket: int, target: Target, shape: Shape, generation: int) -> Artifact:
     """The artifact of a spec: the per-call cache lookup (`generation`: the settings' reload count)."""
     return compile_projection(spec, choose(spec, bucket, target, shape), target.language)
 
 
-def spec_of(call: Call, target, norm_eps: float | None) -> ProjectionSpec:
+def spec_of(call: Call, target: Target, norm_eps: float | None) -> ProjectionSpec:
     # CUDA: K's divisor up to 256, so the mma schedule knows when K holds whole multiples of 4 groups
     k_multiple = math.gcd(call.K, 256 if target.language == "cuda" else 64)
     return _spec(call.act, call.formats, call.epilogue, call.residual is not None, k_multiple, norm_eps)
@@ -325,9 +326,12 @@ def plans_generation() -> int:
 
 
 def clear_kernel_caches() -> None:
-    """Forget compiled kernels and call plans."""
+    """Forget compiled kernels (sources, binaries and emulator objects held in memory) and call plans."""
     _compiled.cache_clear()
     compile_projection.cache_clear()
+    cuda_compile.forget()
+    emulated.emulator_object.cache_clear()
+    binding_template.cache_clear()
     _PLANS.clear()
     _GENERATION[0] += 1
 

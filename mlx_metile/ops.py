@@ -8,30 +8,16 @@ settings repeat one already planned (the CUDA path) is replayed without the chec
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 
 import mlx.core as mx
 
 from . import dispatch
-from .call import Norm, check, check_bias_count, weight_lists
-from .dispatch import StreamLike, clear_kernel_caches, cuda_max_rows
+from .call import Norm, check, norm_argument, weight_lists
+from .dispatch import StreamLike
 from .formats import QuantizedWeight, Weight
 
-__all__ = [
-    "Norm",
-    "QuantizedWeight",
-    "StreamLike",
-    "Weight",
-    "check_bias_count",
-    "clear_kernel_caches",
-    "cuda_max_rows",
-    "fused_linear",
-    "linear",
-    "project",
-    "quantized_linear",
-    "weight_lists",
-]
+__all__ = ["fused_linear", "linear", "project", "quantized_linear"]
 
 
 def project(
@@ -76,8 +62,8 @@ def quantized_linear(
     qw = QuantizedWeight(w, scales, biases, group_size, bits)
     try:
         return project("quantized_linear", x, [qw], [bias], None, None, stream)[0]
-    except ValueError as e:
-        raise ValueError(str(e).replace("weights[0]", "w").replace("biases[0]", "bias")) from None
+    except (ValueError, TypeError) as e:
+        raise type(e)(str(e).replace("weights[0]", "w").replace("biases[0]", "bias")) from None
 
 
 def fused_linear(
@@ -104,8 +90,5 @@ def fused_linear(
     Biases, epilogue and residual are applied in f32 and rounded once.
     Returns a list when there are several outputs, else one array."""
     ws, bs = weight_lists(weights, biases)
-    if isinstance(norm, tuple) and len(norm) == 2 and isinstance(norm[1], numbers.Real) and type(norm[1]) is not float:
-        if not isinstance(norm[1], bool):
-            norm = (norm[0], float(norm[1]))  # numpy scalars and ints as MLX takes them
-    outs = project("fused_linear", x, ws, bs, epilogue, residual, stream, norm)
+    outs = project("fused_linear", x, ws, bs, epilogue, residual, stream, norm_argument(norm))
     return outs[0] if len(outs) == 1 and (epilogue == "swiglu" or residual is not None or len(weights) == 1) else outs

@@ -18,7 +18,7 @@ import mlx.core as mx
 
 from . import dispatch, settings
 from .backends.cuda_launch import CudaPlan
-from .call import Norm, check_bias_count, weight_lists
+from .call import Norm, check_bias_count, norm_argument, weight_lists
 from .dispatch import StreamLike
 from .formats import Weight
 from .ops import project
@@ -43,12 +43,14 @@ class Projection:
         self.weights, self.biases = weight_lists(weights, biases)
         check_bias_count(self.weights, self.biases)
         self.epilogue = epilogue
-        self.norm = None if norm is None else (norm[0], float(norm[1]))  # an RMSNorm of x first
+        self.norm = norm_argument(norm)  # an RMSNorm of x first
         self._single = epilogue == "swiglu" or len(self.weights) == 1
         self._arrays: list[mx.array] | None = None  # the weights' kernel inputs, once a plan needs them
         self._plans: dict[tuple, CudaPlan] = {}
 
-    def __call__(self, x: mx.array, residual: mx.array | None = None, *, stream: StreamLike = None):
+    def __call__(
+        self, x: mx.array, residual: mx.array | None = None, *, stream: StreamLike = None
+    ) -> mx.array | list[mx.array]:
         if stream is None and type(x) is mx.array and (residual is None or type(residual) is mx.array):
             key = self._key(x, residual)
             plan = self._plans.get(key)

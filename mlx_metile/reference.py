@@ -10,7 +10,7 @@ import mlx.core as mx
 from . import formats
 from .formats import dequantize_exact
 
-__all__ = ["EPILOGUE_FNS", "dequantize_exact", "finish", "fused_reference", "project"]
+__all__ = ["EPILOGUE_FNS", "dequantize_exact", "finish", "fused_reference"]
 
 
 def _silu(v: mx.array) -> mx.array:
@@ -28,11 +28,6 @@ def _gelu_approx(v: mx.array) -> mx.array:
 EPILOGUE_FNS = {"silu": _silu, "gelu": _gelu, "gelu_approx": _gelu_approx}
 
 
-def project(x: mx.array, weight) -> mx.array:
-    """x @ W.T for a weight of any format, as stock MLX computes it."""
-    return formats.product(x, weight)
-
-
 def fused_reference(
     x: mx.array,
     weights: Sequence,
@@ -41,7 +36,7 @@ def fused_reference(
     residual: mx.array | None,
 ) -> list[mx.array]:
     """Separate projections, then the epilogue, in the output dtype as MLX users write it."""
-    zs = [project(x, w) for w in weights]
+    zs = [formats.product(x, w) for w in weights]  # x @ W.T as stock MLX computes it
     return finish(zs, biases, epilogue, residual)
 
 

@@ -62,15 +62,16 @@ def _count(minimum: int) -> Callable[[str, str], int]:
 
 def _choice(*allowed: str) -> Callable[[str, str], str]:
     def parse(name: str, value: str) -> str:
-        if value not in allowed:
+        if value.strip() not in allowed:
             raise _fail(name, value, "one of " + ", ".join(allowed))
-        return value
+        return value.strip()
 
     return parse
 
 
 def _int_choice(allowed: tuple[int, ...]) -> Callable[[str, str], int]:
     def parse(name: str, value: str) -> int:
+        value = value.strip()
         if not _digits(value) or int(value) not in allowed:
             shown = f"{allowed[0]}..{allowed[-1]}" if len(allowed) > 12 else ", ".join(map(str, allowed))
             raise _fail(name, value, f"one of {shown}")
@@ -206,7 +207,12 @@ def _declare() -> dict[str, Setting]:
         Setting("DEBUG", _debug, frozenset(), "print pipeline stages to stderr: ir, schedule, msl, cuda, trace or all"),
         Setting("CACHE", _directory, None, "root of the kernel caches (default: $XDG_CACHE_HOME/mlx_metile)"),
         Setting("CLANG", _executable, None, "the clang (>= 17) the emulator compiles with"),
-        Setting("NVCC", _executable, None, "the nvcc to build CUDA kernels with (default: nvcc on PATH)"),
+        Setting(
+            "NVCC",
+            _executable,
+            None,
+            "the nvcc to build CUDA kernels with (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc)",
+        ),
         Setting("NVRTC", _existing_file, None, "the libnvrtc to build CUDA kernels with"),
         Setting("CUDA_INCLUDE", _existing_dir, None, "a directory holding cuda_fp16.h / cuda_bf16.h for NVRTC"),
         Setting("CUDA_COMPILER", _choice("nvcc", "nvrtc"), None, "nvcc or nvrtc (default: nvcc where found)"),
@@ -366,7 +372,7 @@ def override(**variables: str | None) -> Iterator[Settings]:
 
 
 def describe() -> str:
-    """Every setting with its doc and current value (for `mlx-metile info` and the docs)."""
+    """Every setting with its doc and current value (what `python -m mlx_metile.settings` prints)."""
     now = current()
     lines = []
     for name, s in DECLARED.items():

@@ -1,6 +1,5 @@
-"""CUDA artifacts: cubin / PTX from the generated source (nvcc, or NVRTC), cached on disk, and
-the launch through MLX's precompiled-CUDA-kernel op, which passes inputs,
-outputs, then scalars - the order the CUDA renderer declares them in."""
+"""CUDA artifacts compiled: a fatbin, cubin or PTX from the generated source (nvcc, or NVRTC),
+cached in memory per (artifact, arch, compiler, kind) and on disk by source hash and compiler."""
 
 from __future__ import annotations
 
@@ -69,17 +68,20 @@ def binary_kind(arch: str, tool: str) -> str:
 MAGIC = {"cubin": b"\x7fELF", "fatbin": b"\x50\xed\x55\xba"}  # the fatbin's, 0xBA55ED50 little-endian
 
 
-@lru_cache(maxsize=512)
 def ptx(artifact: Artifact, arch: str | None = None) -> bytes:
     """Machine code of a CUDA artifact: a compressed fatbin or a cubin for an
     `sm_NN` arch (see binary_kind), PTX for a `compute_NN` one (portable,
-    JIT-compiled by the driver); cached on disk by source hash and compiler."""
+    JIT-compiled by the driver); the arch, compiler and kind as the settings give them now."""
     if artifact.target != "cuda":
         raise ValueError(f"artifact: expected a cuda artifact, got {artifact.target}")
     arch = arch or cuda_arch()
     tool, path = compiler()
+    return _compiled(artifact, arch, tool, path, binary_kind(arch, tool))
+
+
+@lru_cache(maxsize=512)
+def _compiled(artifact: Artifact, arch: str, tool: str, path: str, kind: str) -> bytes:
     key = hashlib.sha256(f"{artifact.source}\0{arch}\0{path}".encode()).hexdigest()[:24]
-    kind = binary_kind(arch, tool)
     out = cache.root("cuda") / f"{artifact.entry}-{key}.{kind}"
     cached = cache.load(out, key)
     if cached is not None:
@@ -110,6 +112,11 @@ def ptx(artifact: Artifact, arch: str | None = None) -> bytes:
         data = dst.read_bytes()
     cache.store(out, data, key)
     return data
+
+
+def forget() -> None:
+    """Drop the binaries held in memory (the disk cache stays)."""
+    _compiled.cache_clear()
 
 
 def _arch_hint(arch: str) -> str:

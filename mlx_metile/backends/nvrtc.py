@@ -26,11 +26,13 @@ def _site_dirs() -> list[str]:
     return [p for p in sys.path if p and os.path.isdir(os.path.join(p, "nvidia"))]
 
 
-@lru_cache(maxsize=1)
 def find_nvrtc() -> str | None:
-    explicit = current().nvrtc
-    if explicit:
-        return explicit
+    """MLX_METILE_NVRTC, else the libnvrtc of a pip `nvidia-*` package, else the system's."""
+    return current().nvrtc or _found_nvrtc()
+
+
+@lru_cache(maxsize=1)
+def _found_nvrtc() -> str | None:
     for site in _site_dirs():
         found = sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib", "libnvrtc.so*")))
         found = [f for f in found if "builtins" not in f]
@@ -53,11 +55,15 @@ def include_dirs() -> list[str]:
     return dirs
 
 
-@lru_cache(maxsize=1)
 def _library() -> ctypes.CDLL:
     path = find_nvrtc()
     if path is None:
         raise NvrtcError("NVRTC not found: pip install nvidia-cuda-nvrtc, or set MLX_METILE_NVRTC")
+    return _loaded(path)
+
+
+@lru_cache(maxsize=4)
+def _loaded(path: str) -> ctypes.CDLL:
     return ctypes.CDLL(path)
 
 

@@ -10,7 +10,9 @@ writes target text, and a renderer of another kind (LLVM IR) can walk the same t
 Grouping is explicit: `Paren` is a pair of parentheses in the source (as clang's ParenExpr),
 and the printer never adds one - it refuses a tree whose printed form would parse otherwise
 (`AmbiguousExpr`), so what is printed is what the tree says. Building with the operators
-(`a + b`, `a * 4`) re-associates chains of one precedence to the left, as C parses them.
+(`a + b`, `a * 4`) re-associates chains of one precedence to the left, as C parses them, where
+the value stays the same; where it would not (`a - (b + c)`), the right operand must be a `Paren`
+(`GroupingError`).
 
 Two layout hints keep the printed text stable: `Line` (statements on one line) and the
 `inline` / `braces` flags of `If`. They change no token's meaning.
@@ -306,12 +308,23 @@ def precedence(e: Expr) -> int:
     return POSTFIX
 
 
+# (op, right operand's op) pairs where a op (b rop c) == (a op b) rop c for every value
+REASSOCIATES = {("+", "+"), ("+", "-"), ("*", "*"), ("&", "&"), ("|", "|"), ("^", "^"), ("&&", "&&"), ("||", "||")}
+
+
+class GroupingError(ValueError):
+    """A right operand of the same precedence whose re-association would change the value."""
+
+
 def binary(op: str, a, b) -> Expr:
-    """a op b as C parses the text `a op b`: a right operand of the same precedence is
-    re-associated to the left (a + (b - c) is (a + b) - c), as text concatenation would."""
+    """a op b, a chain of one precedence re-associated to the left as C parses it (a + (b - c)
+    is (a + b) - c, the same value); where that would change the value (a - (b + c), a * (b / c))
+    the right operand must be grouped explicitly with Paren."""
     a, b = as_expr(a), as_expr(b)
     p = BINARY_PRECEDENCE[op]
     if isinstance(b, Bin) and BINARY_PRECEDENCE[b.op] == p:
+        if (op, b.op) not in REASSOCIATES:
+            raise GroupingError(f"a {op} (b {b.op} c): group the right operand with Paren")
         return binary(b.op, binary(op, a, b.a), b.b)
     return Bin(op, a, b)
 

@@ -8,7 +8,7 @@ import mlx.core as mx
 
 from . import affine, dense
 from .affine import QuantizedWeight, dequantize_exact
-from .dtypes import DTYPES, MLX_DTYPES, float_dtype, require_array
+from .dtypes import DTYPES, float_dtype, require_array
 from .format import MODES, WeightFormat
 
 FORMATS = {dense.MODE: dense, affine.MODE: affine}
@@ -49,7 +49,6 @@ def reference(w: Weight):
 __all__ = [
     "DTYPES",
     "FORMATS",
-    "MLX_DTYPES",
     "MODES",
     "QuantizedWeight",
     "Weight",

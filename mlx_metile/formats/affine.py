@@ -7,10 +7,11 @@ import numbers
 import weakref
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 
 from ..ir.builder import Builder, T
-from .dtypes import DTYPES, float_dtype, require_array
+from .dtypes import float_dtype, require_array
 from .format import WeightFormat
 
 MODE = "affine"
@@ -91,7 +92,7 @@ class QuantizedWeight:
         return self.w.shape[1] * 32 // self.bits
 
     @classmethod
-    def from_quantized_linear(cls, layer, arrays=None) -> QuantizedWeight:
+    def from_quantized_linear(cls, layer: nn.Module, arrays: nn.Module | None = None) -> QuantizedWeight:
         """From an `mlx.nn.QuantizedLinear` (affine mode); its weight, scales and biases read from
         `arrays` (a module holding them under the same names) where given."""
         mode = getattr(layer, "mode", "affine")
@@ -109,10 +110,6 @@ def integer(value, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{what}: expected an integer, got {type(value).__name__} {value!r}")
     return int(value)
-
-
-def scale_dtype(w: QuantizedWeight) -> str:
-    return DTYPES[w.scales.dtype]
 
 
 def declare(b: Builder, i: int, wf: WeightFormat) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import mlx.core as mx
 
 DTYPES = {mx.float32: "f32", mx.float16: "f16", mx.bfloat16: "bf16"}
-MLX_DTYPES = {v: k for k, v in DTYPES.items()}
 
 
 def require_array(a, what: str) -> mx.array:

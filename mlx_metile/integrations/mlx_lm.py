@@ -170,7 +170,7 @@ def _discover(
             if not _wanted(members, dense):
                 declined.append((path, "mlp_swiglu", DENSE_DECLINED))
                 covered.update(id(m) for m in members)
-            elif all(supported(m) for m in members) and _k(members[0]) == _k(members[1]):
+            elif all(supported(m) for m in members) and _mlp_shapes_fit(members):
                 fused = FusedSwiGLU(mod, max_rows)
                 part = _mlp_part(container, key, mod, fused, path)
                 part.probe = lambda mod=mod, fused=fused: _probe(mod, fused, mod["gate_proj"])
@@ -178,7 +178,7 @@ def _discover(
                 mlp_parts[id(mod)] = part
                 covered.update(id(m) for m in members)
             else:
-                declined.append((path, "mlp_swiglu", "gate/up/down are not supported projections"))
+                declined.append((path, "mlp_swiglu", "gate/up/down are not supported projections of one SwiGLU MLP"))
     for container, key, mod, path in list(_walk(model)):
         if all(n in mod for n in ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")):
             mlp = mod["mlp"]
@@ -246,6 +246,13 @@ def _mlp_part(container, key, old: nn.Module, fused: FusedSwiGLU, path: str) -> 
         plain.undo()
 
     return Part(path, "mlp_swiglu", apply, undo)
+
+
+def _mlp_shapes_fit(members: list) -> bool:
+    """gate and up of one input and width, down reading that width."""
+    gate, up, down = members
+    width = gate["weight"].shape[0]
+    return _k(gate) == _k(up) and up["weight"].shape[0] == width and _k(down) == width
 
 
 def _qkv_part(attn: nn.Module, path: str, members: list, max_rows: int) -> Part:

@@ -11,7 +11,9 @@ from itertools import chain
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..ops import QuantizedWeight, fused_linear
+from ..formats import QuantizedWeight
+from ..formats.affine import MODE, SUPPORTED_BITS, SUPPORTED_GROUP_SIZES
+from ..ops import fused_linear
 from ..projection import Projection
 from ..schedule import norm_pays
 from ..trace import TraceRecord, record
@@ -105,21 +107,27 @@ class ProjectionCache:
         return self.projection
 
 
-def supported(layer) -> bool:
+def quantized_supported(layer: nn.Module) -> bool:
+    """A quantized layer (linear or embedding) in a format the kernels take."""
+    return (
+        getattr(layer, "mode", "affine") == MODE
+        and layer.bits in SUPPORTED_BITS
+        and layer.group_size in SUPPORTED_GROUP_SIZES
+    )
+
+
+def supported(layer: nn.Module) -> bool:
     if not isinstance(layer, PROJECTIONS):
         return False
     if isinstance(layer, nn.QuantizedLinear):
-        return (
-            getattr(layer, "mode", "affine") == "affine" and layer.bits in (4, 8) and layer.group_size in (32, 64, 128)
-        )
+        return quantized_supported(layer)
     return layer["weight"].dtype in (mx.float32, mx.float16, mx.bfloat16)
 
 
-def embedding_supported(emb) -> bool:
-    """An embedding whose table the output projection can run on: float, or affine 4/8-bit."""
+def embedding_supported(emb: nn.Module) -> bool:
+    """An embedding whose table the output projection can run on: float, or a supported affine one."""
     if isinstance(emb, nn.QuantizedEmbedding):
-        mode = getattr(emb, "mode", "affine")
-        return mode == "affine" and emb.bits in (4, 8) and emb.group_size in (32, 64, 128)
+        return quantized_supported(emb)
     return isinstance(emb, nn.Embedding) and emb["weight"].dtype in (mx.float32, mx.float16, mx.bfloat16)
 
 

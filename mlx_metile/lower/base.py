@@ -239,7 +239,7 @@ class Lowering:
             for a in op.args
         ]
         deps = frozenset().union(*(a.loop_deps for a in args if a is not None))
-        if k == "const":
+        if k in ("const", "full"):  # (a full tile: the same value at every index)
             val = op.attrs["value"]
             if dtype in ("i32", "u32"):
                 return (
@@ -254,11 +254,6 @@ class Lowering:
             return Elem("i32", poly=Poly.sym(f"pid{op.attrs['axis']}"))
         if k == "arange":
             return Elem("i32", poly=idx[0])
-        if k == "full":
-            val = op.attrs["value"]
-            if dtype in ("i32",):
-                return Elem(dtype, poly=Poly.const(int(val)))
-            return Elem("f32" if dtype == "f32" else dtype, expr=float_of(dtype, val))
         if k == "expand_dims":
             ax = op.attrs["axis"]
             return self.elem(op.args[0], idx[:ax] + idx[ax + 1 :], scope)
@@ -343,7 +338,10 @@ class Lowering:
             if name in ("max", "min"):
                 value: Expr = Call(name, (x, y))
             else:
-                value = Paren(Bin(dict(add="+", sub="-", mul="*", div="/")[name], x, y))
+                spelled = dict(add="+", sub="-", mul="*", div="/").get(name)
+                if spelled is None:
+                    raise LowerError(f"{self.p.name}: float op {name} is not supported")
+                value = Paren(Bin(spelled, x, y))
             return self.temp(scope, dtype, value if dtype == "f32" else Convert(dtype, "f32", value), deps)
         ops = {"add": "+", "sub": "-", "mul": "*", "floordiv": "/", "mod": "%", "shr": ">>", "shl": "<<", "bitand": "&"}
         if name not in ops:

@@ -210,6 +210,10 @@ class StagedMMALowering(MMALowering):
         rows_per_copy = 32 // per_row
         k = Cast("size", V("K"))
         row_bytes = k * w.bits / 8 if w.quantized else k * 2
+
+        def rows_in_bytes(rows):  # rows * row_bytes, multiplied before the division (K * bits may be odd)
+            return rows * k * w.bits / 8 if w.quantized else rows * k * 2
+
         out: list = []
         strided = self.strided(nacc)
         if strided:
@@ -229,7 +233,7 @@ class StagedMMALowering(MMALowering):
             col = P(self.col_base() + (TILE * tile + first_row % TILE) + lane / per_row)
 
             def weight(m, local):
-                return PtrCast(CONST_BYTES, V(f"w{m}")) + Cast("size", local) * row_bytes + P(lane % per_row) * 16
+                return PtrCast(CONST_BYTES, V(f"w{m}")) + rows_in_bytes(Cast("size", local)) + P(lane % per_row) * 16
 
             block = self.source(j, col, weight)
             block.append(Line([Assign(V(f"cw{i}"), V("src")), Assign(V(f"cwok{i}"), V("ok"))]))

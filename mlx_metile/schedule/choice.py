@@ -16,7 +16,7 @@ from .schedule import Schedule
 from .simt import simt_schedule
 
 # The fused RMSNorm measured faster than mx.fast.rms_norm before the same kernel for q/k/v (at most
-# this many output columns, no SwiGLU); docs/SCHEDULES.md, "Fused RMSNorm".
+# this many output columns, no SwiGLU); docs/SCHEDULES.md, "Norm fusion".
 NORM_FUSED_MAX_COLUMNS = 8192
 
 

@@ -2,7 +2,7 @@
 
 One layout per weight shape (the same for all its row buckets, but where `bucket_layout` gives
 some single products TILES in some buckets, which keeps the sums). The thresholds divide the
-grid by the target's `layout_sms`. Why each threshold: docs/SCHEDULES.md, "Column layouts".
+grid by the target's `layout_sms`. Why each threshold: docs/SCHEDULES.md, "CUDA column layouts".
 """
 
 from __future__ import annotations

@@ -57,6 +57,7 @@ def simt_schedule(spec: ProjectionSpec, rows_bucket: int, language: str, cfg: Se
     sg, budget, max_nc = METAL_SIMD_GROUPS, REGISTER_BUDGET, MAX_COLUMNS
     if language == "cuda":
         sg, budget, max_nc = cuda_tuning(bm, cfg)
-    # registers per lane: accumulators BM*NC*acc, live weights C*NC*acc, x C
+    # registers per lane within the budget: accumulators BM*NC*acc and live weights C*NC*acc
+    # (x's C registers are left out of the count)
     nc = max(1, min(max_nc, budget // ((bm + c) * spec.accumulators)))
     return Schedule("simd_splitk", BM=bm, NC=nc, SG=sg, VK=vk, U=u, C=c)

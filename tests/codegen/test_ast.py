@@ -26,6 +26,7 @@ from mlx_metile.codegen.ast import (
     Convert,
     Decl,
     Decls,
+    GroupingError,
     If,
     Increment,
     IntPoly,
@@ -97,15 +98,20 @@ def test_a_tree_needing_parentheses_without_a_paren_is_refused(tree):
         MSL.expr(tree)
 
 
-def test_same_precedence_chains_reassociate_to_the_left():
-    # building with the operators reads as the concatenated text would: a - (b - c) built from
-    # parts is the text `a - b - c`, i.e. (a - b) - c
-    assert a - (b - c) == Bin("-", Bin("-", a, b), c)
-    assert binary("*", a, Bin("/", b, c)) == Bin("/", Bin("*", a, b), c)
+def test_same_precedence_chains_reassociate_to_the_left_only_where_the_value_stays():
+    # a + (b - c) is (a + b) - c for every value: built from parts it prints as C reads `a + b - c`
+    assert a + (b - c) == Bin("-", Bin("+", a, b), c)
+    assert binary("*", a, Bin("*", b, c)) == Bin("*", Bin("*", a, b), c)
     assert binary("+", a, Bin("*", b, c)) == Bin("+", a, Bin("*", b, c))  # tighter: kept on the right
     assert binary("-", a, Paren(b - c)) == Bin("-", a, Paren(Bin("-", b, c)))  # a Paren is a boundary
     assert chain("+", [a, b, c, 1]) == Bin("+", Bin("+", Bin("+", a, b), c), Const(1))
-    assert cuda(a - (b - c)) == "a - b - c" and cuda(chain("|", [a, b, c])) == "a | b | c"
+    assert cuda(a + (b - c)) == "a + b - c" and cuda(chain("|", [a, b, c])) == "a | b | c"
+    # where re-association would change the value (integer division, subtraction of a sum), the
+    # right operand must be grouped: refused rather than printed as another expression
+    for op, right in (("-", Bin("-", b, c)), ("-", Bin("+", b, c)), ("*", Bin("/", b, c)), ("/", Bin("*", b, c))):
+        with pytest.raises(GroupingError, match="group the right operand with Paren"):
+            binary(op, a, right)
+    assert cuda(binary("-", a, Paren(Bin("+", b, c)))) == "a - (b + c)"
 
 
 # -- expressions -----------------------------------------------------------------------------

@@ -40,6 +40,25 @@ def test_non_integer_bits_or_group_size_is_a_type_error_naming_it(arg, value):
         mt.quantized_linear(x, *q, **kwargs)
 
 
+def test_bad_biases_and_norm_are_refused_naming_them():
+    x, q, w = rand((3, K), mx.float32, 1), _q(), rand((N, K), mx.float32, 2)
+    with pytest.raises(TypeError, match=r"^bias: expected an mlx.core.array"):
+        mt.quantized_linear(x, *q, bias=[0.0] * N)  # the output bias, not the quantization's biases
+    with pytest.raises(TypeError, match=r"^biases: expected a list or tuple"):
+        mt.fused_linear(x, [w], biases=mx.zeros((1, N)))  # an array is not one bias per weight
+    g = mx.ones((K,))
+    for bad, kind, text in (
+        ((g, True), TypeError, r"^norm\[1\]: expected a number"),
+        ((g, 1e-5, "x"), TypeError, r"^norm: expected \(weight, eps\)"),
+        ([g, 1e-5], TypeError, r"^norm: expected \(weight, eps\)"),
+        ((g, -1.0), ValueError, r"^norm\[1\]: expected a positive finite eps"),
+    ):
+        with pytest.raises(kind, match=text):
+            mt.fused_linear(x, [w], norm=bad)
+        with pytest.raises(kind, match=text):
+            mt.Projection([w], norm=bad)(x)
+
+
 def test_numpy_eps_for_the_norm():
     x, w, g = rand((2, K), mx.float32, 1), rand((N, K), mx.float32, 2, 0.1), rand((K,), mx.float32, 3)
     want = mx.fast.rms_norm(x, g, 1e-5) @ w.T

@@ -88,6 +88,7 @@ def test_choices(short):
         assert parsed(short, raw) == raw
     for bad in ("other", CHOICES[short][-1].upper(), "3"):  # (choices are case-sensitive)
         refused(short, bad, "one of " + ", ".join(CHOICES[short]))
+    assert parsed(short, f" {CHOICES[short][0]}\t") == CHOICES[short][0]  # surrounding blanks, as counts
 
 
 @pytest.mark.parametrize("short", list(KNOBS))
@@ -100,6 +101,7 @@ def test_mma_knobs_take_exactly_their_values(short):
         refused(short, str(v), "expected one of")
     for bad in ("x", "1.0", "two"):
         refused(short, bad, "expected one of")
+    assert parsed(short, f" {allowed[0]} ") == allowed[0]  # surrounding blanks, as counts
 
 
 def test_knobs_are_none_where_unset_and_kept_apart():
