@@ -18,6 +18,8 @@ WORKLOADS = {
     "linear_bf16": lambda size: W.linear(size, mx.bfloat16),
     "quantized_int4_g64": lambda size: W.quantized(size, 4, 64),
     "quantized_int8_g64": lambda size: W.quantized(size, 8, 64),
+    "quantized_int3_g64": lambda size: W.quantized(size, 3, 64),  # values straddle 32-bit words
+    "quantized_int6_g64": lambda size: W.quantized(size, 6, 64),
     "fused_qkv_bf16": W.fused_qkv,
     "fused_gate_up_swiglu_int4": W.fused_gate_up_int4,
 }

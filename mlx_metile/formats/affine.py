@@ -15,7 +15,7 @@ from .dtypes import float_dtype, require_array
 from .format import WeightFormat
 
 MODE = "affine"
-SUPPORTED_BITS = (4, 8)
+SUPPORTED_BITS = (2, 3, 4, 5, 6, 8)
 SUPPORTED_GROUP_SIZES = (32, 64, 128)
 
 _VALIDATED: dict[tuple, tuple] = {}  # (ids, settings) -> weak references to the arrays validated, signature
@@ -64,6 +64,8 @@ class QuantizedWeight:
         if w.dtype != mx.uint32 or w.ndim != 2:
             raise ValueError(f"w: expected a 2-D uint32 array of packed values, got {w.dtype} with shape {w.shape}")
         n, words = w.shape
+        if words * 32 % bits:
+            raise ValueError(f"w: {words} words per row do not hold whole {bits}-bit values")
         k = words * 32 // bits
         if k % group_size:
             raise ValueError(
@@ -121,11 +123,23 @@ def declare(b: Builder, i: int, wf: WeightFormat) -> None:
 def tile(b: Builder, i: int, wf: WeightFormat, local_cols: T, col_ok: T, ks: T, k_ok: T, K: T) -> T:
     """Element (n, k) of weight i as f32 - scale * q + bias - zero where masked: a [BN, BK] tile."""
     mask = col_ok[:, None] & k_ok[None, :]
-    per_word = 32 // wf.bits
     words_per_row = K * wf.bits // 32
-    word = b.load(f"w{i}", local_cols[:, None] * words_per_row + (ks // per_word)[None, :], mask)
-    shift = ((ks % per_word) * wf.bits)[None, :]
-    q = ((word >> shift) & ((1 << wf.bits) - 1)).to("f32")
+    if 32 % wf.bits == 0:  # whole values per word
+        per_word = 32 // wf.bits
+        word = b.load(f"w{i}", local_cols[:, None] * words_per_row + (ks // per_word)[None, :], mask)
+        shift = ((ks % per_word) * wf.bits)[None, :]
+        q = ((word >> shift) & ((1 << wf.bits) - 1)).to("f32")
+    else:  # 3, 5, 6 bits: a row is one bit stream, a value may continue in the next word
+        bit = ks * wf.bits
+        row = local_cols[:, None] * words_per_row
+        shift = (bit % 32)[None, :]
+        lo = b.load(f"w{i}", row + (bit // 32)[None, :], mask)
+        # the word of the value's last bit: the next one where it straddles, else the same - a
+        # word another value loads too, so each word is loaded once
+        hi = b.load(f"w{i}", row + ((bit + (wf.bits - 1)) // 32)[None, :], mask)
+        # hi's low bits go above lo's (shifted in two steps: never by 32); the two parts' bits
+        # are disjoint, so + joins them, and where hi is lo again its copy lies above the mask
+        q = (((lo >> shift) + ((hi << 1) << (31 - shift))) & ((1 << wf.bits) - 1)).to("f32")
     groups = K // wf.group_size
     g_off = local_cols[:, None] * groups + (ks // wf.group_size)[None, :]
     scale = b.load(f"scales{i}", g_off, mask).to("f32")
@@ -144,10 +158,10 @@ def product(x: mx.array, w: QuantizedWeight) -> mx.array:
 
 def dequantize_exact(w: mx.array, scales: mx.array, biases: mx.array, group_size: int, bits: int) -> np.ndarray:
     """Affine-quantized weights as float64: scales * q + biases, without rounding."""
-    words = np.array(w).astype(np.uint64)
-    per_word = 32 // bits
-    shifts = (np.arange(per_word, dtype=np.uint64) * bits)[None, None, :]
-    q = ((words[:, :, None] >> shifts) & ((1 << bits) - 1)).reshape(words.shape[0], -1).astype(np.float64)
+    words = np.ascontiguousarray(np.array(w), dtype="<u4")  # a row's words: one bit stream, LSB first
+    stream = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little")
+    values = stream.reshape(words.shape[0], -1, bits).astype(np.uint32)
+    q = (values << np.arange(bits, dtype=np.uint32)).sum(axis=2).astype(np.float64)
     s = np.repeat(np.array(scales.astype(mx.float32), np.float64), group_size, axis=1)
     b = np.repeat(np.array(biases.astype(mx.float32), np.float64), group_size, axis=1)
     return s * q + b

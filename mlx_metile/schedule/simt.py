@@ -6,6 +6,8 @@ part of a row's sum order); the columns per SIMD group follow a register budget.
 
 from __future__ import annotations
 
+import math
+
 from ..settings import Settings
 from ..spec import ProjectionSpec
 from .buckets import MAX_ROWS_PER_PROGRAM, TILED_BUCKET, row_bucket
@@ -20,8 +22,11 @@ METAL_SIMD_GROUPS = 2
 
 
 def values_per_16_bytes(bits: int, dtype: str) -> int:
+    """Values in 16 bytes of a weight (or x); for 3, 5 and 6-bit values, which straddle words,
+    the fewest that fill whole words instead (32, 32, 16: 12, 20 and 12 bytes), so that a lane's
+    unrolled values start at a word and each word is read once."""
     if bits:
-        return 128 // bits
+        return 128 // bits if 32 % bits == 0 else 32 // math.gcd(bits, 32)
     return 4 if dtype == "f32" else 8
 
 

@@ -44,7 +44,8 @@ struct WeightView {
 };
 
 // Row n of the weight as f32: dense converted, or affine dequantised
-// (w = scale * q + bias, q unpacked least-significant bits first).
+// (w = scale * q + bias; a row's words are one bit stream, least-significant bits first,
+// so 3, 5 and 6-bit values may straddle two words).
 template <class T>
 void convert_row(const T* src, int64_t K, float* out) {
   for (int64_t k = 0; k < K; ++k) out[k] = static_cast<float>(src[k]);
@@ -61,11 +62,14 @@ void weight_row(const WeightView& v, int64_t n, int64_t K, float* out) {
   const uint32_t* packed = v.w->data<uint32_t>();
   int64_t words_per_row = K * v.bits / 32;
   int64_t groups = K / v.group;
-  int per_word = 32 / v.bits;
+  const uint32_t* row = packed + n * words_per_row;
   uint32_t mask = (1u << v.bits) - 1u;
   for (int64_t k = 0; k < K; ++k) {
-    uint32_t word = packed[n * words_per_row + k / per_word];
-    float q = static_cast<float>((word >> (v.bits * (k % per_word))) & mask);
+    int64_t bit = k * v.bits;
+    int shift = static_cast<int>(bit & 31);
+    uint32_t value = row[bit >> 5] >> shift;
+    if (shift + v.bits > 32) value |= row[(bit >> 5) + 1] << (32 - shift);
+    float q = static_cast<float>(value & mask);
     int64_t g = n * groups + k / v.group;
     out[k] = load_float(*v.scales, g) * q + load_float(*v.biases, g);
   }

@@ -125,6 +125,11 @@ VARIANTS = [
     _v("simt-bf16-dense-swiglu-k32", spec("bf16", [WeightFormat("bf16")] * 2, "swiglu", k=32), 32, simd),
     _v("simt-mixed-formats-swiglu", spec("bf16", [Q4, WeightFormat("bf16", 8, 64)], "swiglu"), 2, simd),
     _v("tiled-bf16-q4g64-residual", spec("bf16", [Q4], None, True), 33, tiled),
+    # affine widths the tensor cores do not take: values straddling words (3, 5, 6 bits)
+    _v("simt-bf16-q2g64", spec("bf16", [WeightFormat("bf16", 2, 64)]), 1, simd),
+    _v("simt-bf16-q3g32-swiglu", spec("bf16", [WeightFormat("bf16", 3, 32)] * 2, "swiglu"), 8, simd),
+    _v("simt-f16-q5g128-bias", spec("f16", [WeightFormat("f16", 5, 128, True, "f16")]), 32, simd),
+    _v("tiled-bf16-q6g64", spec("bf16", [WeightFormat("bf16", 6, 64)]), 33, tiled),
     _v("tiled-f16-dense-gelu-approx", spec("f16", [WeightFormat("f16")], "gelu_approx"), 64, tiled),
     # tensor cores, the lanes' direct loads
     _v("mma-direct-q4g64-k64", spec("bf16", [Q4], k=64), 1, direct),

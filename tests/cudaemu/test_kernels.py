@@ -41,6 +41,25 @@ def test_cuda_kernels_on_the_cpu_match_float64_and_are_row_invariant(spec, K, N)
         case.invariant(got, spec.name(), bucket=1)
 
 
+WIDTHS = [  # (spec, K, N): affine widths the tensor-core schedules do not take, on the SIMT kernel
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 2, 64),), k_multiple=256), 512, 40),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 3, 32),), k_multiple=256), 512, 40),  # values straddle words
+    (ProjectionSpec("f16", (WeightFormat("f16", 3, 128),), k_multiple=256), 512, 24),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 5, 64),) * 2, "swiglu", k_multiple=256), 512, 24),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 6, 64, True, "bf16"),), k_multiple=256), 512, 40),
+]
+
+
+@pytest.mark.parametrize("spec,K,N", WIDTHS, ids=[c[0].name() for c in WIDTHS])
+def test_cuda_kernels_of_2_3_5_6_bits_match_float64_and_are_row_invariant(spec, K, N):
+    assert not rules(spec).supported()  # (the SIMT kernel, which every width takes)
+    case = Case(spec, K, N, rows=20)
+    for bucket, rows in ((1, 1), (8, 3), (32, 20)):
+        got = case.run(bucket, rows)
+        case.check(got, rows, f"{spec.name()} rows={rows}")
+        case.invariant(got, spec.name(), bucket=1)
+
+
 VARIANTS = [  # (spec, K, N, settings): epilogues, bias and residual, scales dtypes, the non-default paths
     (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 128, True, "bf16"),), "gelu", True, k_multiple=256), 512, 40, {}),
     (ProjectionSpec("bf16", (WeightFormat("f32", 8, 128, True, "f32"),), "silu", k_multiple=256), 512, 32, {}),

@@ -110,8 +110,9 @@ def test_dense_reference_is_the_weight_in_float64(dtype):
 def test_quantized_weight_checks_name_the_argument():
     w, s, b = mx.quantize(rand((8, 128), mx.float32, 1), group_size=64, bits=4)
     cases = [
-        (dict(bits=3), ValueError, r"bits: 3 is not supported; use one of \(4, 8\)"),
-        (dict(bits=2), ValueError, "bits: 2 is not supported"),
+        (dict(bits=7), ValueError, r"bits: 7 is not supported; use one of \(2, 3, 4, 5, 6, 8\)"),
+        (dict(bits=1), ValueError, "bits: 1 is not supported"),
+        (dict(bits=3), ValueError, "w: 16 words per row do not hold whole 3-bit values"),
         (dict(group_size=16), ValueError, r"group_size: 16 is not supported; use one of \(32, 64, 128\)"),
         (dict(w=w.astype(mx.int32)), ValueError, "w: expected a 2-D uint32 array of packed values"),
         (dict(w=w.reshape(-1)), ValueError, "w: expected a 2-D uint32 array"),
@@ -154,7 +155,7 @@ def test_from_quantized_linear():
 
 @pytest.mark.parametrize("scale_dtype", FLOATS)
 @pytest.mark.parametrize("group", [32, 64, 128])
-@pytest.mark.parametrize("nbits", [4, 8])
+@pytest.mark.parametrize("nbits", [2, 3, 4, 5, 6, 8])
 def test_affine_reference_is_mlx_dequantize_in_float64(nbits, group, scale_dtype):
     q = _quantized(12, 384, group, nbits, scale_dtype, seed=nbits * group)
     ref = formats.reference(q)
@@ -166,6 +167,18 @@ def test_affine_reference_is_mlx_dequantize_in_float64(nbits, group, scale_dtype
     )
     np.testing.assert_array_equal(ref, np.array(stock))
     np.testing.assert_array_equal(ref, formats.dequantize_exact(q.w, q.scales, q.biases, group, nbits))
+
+
+def test_three_bit_values_straddle_words_as_mlx_packs_them():
+    # K = 32 at 3 bits is 3 words of one bit stream: value 10 is bits 30-31 of word 0 and bit 0 of
+    # word 1, value 21 bit 31 of word 1 and bits 0-1 of word 2
+    words = mx.array([[0b11 << 30, (1 << 31) | 1, 0b11]], dtype=mx.uint32)
+    q = QuantizedWeight(words, mx.ones((1, 1)), mx.zeros((1, 1)), group_size=32, bits=3)
+    want = [0.0] * 32
+    want[10], want[21] = 7.0, 7.0
+    np.testing.assert_array_equal(formats.reference(q)[0], want)
+    stock = mx.dequantize(words, mx.ones((1, 1)), mx.zeros((1, 1)), group_size=32, bits=3, stream=mx.cpu)
+    np.testing.assert_array_equal(np.array(stock)[0], want)
 
 
 def test_affine_reference_unpacks_least_significant_bits_first():

@@ -87,17 +87,24 @@ def _both_paths(case: Case, env, emulate: bool) -> None:
     _assert_row_invariant(case)
 
 
+# every affine width MLX offers but 1; 3, 5 and 6-bit values straddle 32-bit words
+BITS = [2, 3, 4, 5, 6, 8]
+# the emulated grid: 4 and 8 bits in full, the other widths over a group size each and every
+# activation dtype at 3 bits (each case compiles a kernel per row bucket)
+EMULATED = [(a, g, b) for a in ACT for g in (32, 64, 128) for b in (4, 8)]
+EMULATED += [(mx.bfloat16, 32, 2), (mx.bfloat16, 64, 5), (mx.bfloat16, 128, 6)]
+EMULATED += [(a, 64, 3) for a in ACT]
+
+
 @requires_emulator
-@pytest.mark.parametrize("act", ACT)
-@pytest.mark.parametrize("group", [32, 64, 128])
-@pytest.mark.parametrize("nbits", [4, 8])
+@pytest.mark.parametrize("act,group,nbits", EMULATED)
 def test_quantized_emulated(act, group, nbits, env):
     _both_paths(quantized_case(act, nbits, group), env, emulate=True)
 
 
 @pytest.mark.parametrize("act", ACT)
 @pytest.mark.parametrize("group", [32, 64, 128])
-@pytest.mark.parametrize("nbits", [4, 8])
+@pytest.mark.parametrize("nbits", BITS)
 def test_quantized_cpu(act, group, nbits, env):
     _both_paths(quantized_case(act, nbits, group), env, emulate=False)
 

@@ -43,6 +43,10 @@ SPECS = {
     "qkv_int4_g64_bias": ProjectionSpec("bf16", tuple(WeightFormat("bf16", 4, 64, True, "bf16") for _ in range(3))),
     "swiglu_int8_g32": ProjectionSpec("bf16", (WeightFormat("bf16", 8, 32), WeightFormat("bf16", 8, 32)), "swiglu"),
     "down_int4_g64_residual": ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64),), None, True),
+    "int2_g64": ProjectionSpec("bf16", (WeightFormat("bf16", 2, 64),)),
+    "int3_g32": ProjectionSpec("bf16", (WeightFormat("bf16", 3, 32),)),  # values straddle words
+    "int5_g64": ProjectionSpec("bf16", (WeightFormat("bf16", 5, 64),)),
+    "int6_g128": ProjectionSpec("bf16", (WeightFormat("bf16", 6, 128),)),
 }
 
 
