@@ -55,11 +55,13 @@ def quantized_linear(
     *,
     group_size: int = 64,
     bits: int = 4,
+    mode: str = "affine",
     bias: mx.array | None = None,
     stream: StreamLike = None,
 ) -> mx.array:
-    """`mx.quantized_matmul(x, w, scales, biases, transpose=True, group_size, bits)` (+ bias)."""
-    qw = QuantizedWeight(w, scales, biases, group_size, bits)
+    """`mx.quantized_matmul(x, w, scales, biases, transpose=True, group_size, bits, mode)` (+ bias);
+    mode "affine" only."""
+    qw = QuantizedWeight(w, scales, biases, group_size, bits, mode)
     try:
         return project("quantized_linear", x, [qw], [bias], None, None, stream)[0]
     except (ValueError, TypeError) as e:

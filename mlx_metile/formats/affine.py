@@ -15,6 +15,7 @@ from .dtypes import float_dtype, require_array
 from .format import WeightFormat
 
 MODE = "affine"
+MLX_OTHER_MODES = ("mxfp4", "mxfp8", "nvfp4")  # MLX's microscaling modes, which the kernels do not take
 SUPPORTED_BITS = (2, 3, 4, 5, 6, 8)
 SUPPORTED_GROUP_SIZES = (32, 64, 128)
 
@@ -27,7 +28,16 @@ class QuantizedWeight:
     `w` uint32 [N, K*bits/32] packed least-significant bits first, `scales` and
     `biases` [N, K/group_size]; element (n, k) is scales*q + biases."""
 
-    def __init__(self, w: mx.array, scales: mx.array, biases: mx.array, group_size: int = 64, bits: int = 4):
+    def __init__(
+        self,
+        w: mx.array,
+        scales: mx.array,
+        biases: mx.array,
+        group_size: int = 64,
+        bits: int = 4,
+        mode: str = "affine",
+    ):
+        check_mode(mode)
         group_size, bits = integer(group_size, "group_size"), integer(bits, "bits")
         # Arrays never change shape or dtype, so the same three arrays (the same
         # objects, checked through weak references: an id alone may be reused)
@@ -98,13 +108,22 @@ class QuantizedWeight:
         """From an `mlx.nn.QuantizedLinear` (affine mode); its weight, scales and biases read from
         `arrays` (a module holding them under the same names) where given."""
         mode = getattr(layer, "mode", "affine")
-        if mode != "affine":
+        if mode != MODE:
             raise ValueError(f"layer: quantization mode {mode!r} is not supported; only 'affine'")
         src = layer if arrays is None else arrays
         return cls(src["weight"], src["scales"], src["biases"], layer.group_size, layer.bits)
 
     def __repr__(self) -> str:
         return f"QuantizedWeight(N={self.N}, K={self.K}, bits={self.bits}, group_size={self.group_size})"
+
+
+def check_mode(mode: object) -> None:
+    """Only MLX's affine mode is taken; its microscaling modes are refused by name."""
+    if mode == MODE:
+        return
+    if mode in MLX_OTHER_MODES:
+        raise ValueError(f"mode: {mode!r} is not supported; only 'affine' (MLX's mxfp4, mxfp8 and nvfp4 are not)")
+    raise ValueError(f"mode: {mode!r} is not a quantization mode of MLX; expected 'affine'")
 
 
 def integer(value, what: str) -> int:

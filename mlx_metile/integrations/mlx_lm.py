@@ -33,6 +33,7 @@ from .modules import (
     carry_back,
     embedding_as_linear,
     embedding_supported,
+    format_name,
     fused_block_call,
     supported,
     swap_class,
@@ -65,6 +66,7 @@ class Part:
     needs: Part | None = None
     applied: bool = False
     probe: Callable[[], float] | None = None  # module-level check: relative output difference
+    formats: str = ""  # its weights' formats, as the report names them
 
     def on(self) -> None:
         if not self.applied:
@@ -80,6 +82,7 @@ class Part:
 @dataclass
 class PatchReport:
     replaced: list[tuple[str, str]] = field(default_factory=list)
+    formats: dict[tuple[str, str], str] = field(default_factory=dict)  # (path, kind) -> weight formats
     declined: list[tuple[str, str, str]] = field(default_factory=list)
     max_diff: float | None = None  # verified logits difference, relative to their scale
     allowed: float | None = None
@@ -95,7 +98,8 @@ class PatchReport:
                 f"  verified: max |logits - float32 reference| = {self.max_diff:.3g} x scale (allowed {self.allowed:.3g})"
             )
         for path, kind in self.replaced:
-            lines.append(f"  replaced {kind:12s} {path}")
+            fmt = self.formats.get((path, kind))
+            lines.append(f"  replaced {kind:12s} {path}" + (f" ({fmt})" if fmt else ""))
         for path, kind, why in self.declined:
             lines.append(f"  declined {kind:12s} {path}: {why}")
         return "\n".join(lines)
@@ -160,7 +164,7 @@ def _discover(
                 declined.append((path, "qkv", DENSE_DECLINED))
                 covered.update(id(m) for m in members)
             elif all(supported(m) for m in members) and len({_k(m) for m in members}) == 1:
-                parts.append(_qkv_part(mod, path, members, max_rows))
+                parts.append(_named(_qkv_part(mod, path, members, max_rows), members))
                 covered.update(id(m) for m in members)
             else:
                 declined.append((path, "qkv", "q/k/v are not supported projections of one input"))
@@ -172,7 +176,7 @@ def _discover(
                 covered.update(id(m) for m in members)
             elif all(supported(m) for m in members) and _mlp_shapes_fit(members):
                 fused = FusedSwiGLU(mod, max_rows)
-                part = _mlp_part(container, key, mod, fused, path)
+                part = _named(_mlp_part(container, key, mod, fused, path), members)
                 part.probe = lambda mod=mod, fused=fused: _probe(mod, fused, mod["gate_proj"])
                 parts.append(part)
                 mlp_parts[id(mod)] = part
@@ -183,22 +187,30 @@ def _discover(
         if all(n in mod for n in ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")):
             mlp = mod["mlp"]
             if id(mlp) in mlp_parts:
-                parts.append(_block_part(mod, path, mlp_parts[id(mlp)], fuse_norms))
+                parts.append(_named(_block_part(mod, path, mlp_parts[id(mlp)], fuse_norms), [mlp["down_proj"]]))
         if isinstance(mod, nn.Module) and isinstance(mod, (nn.Linear, nn.QuantizedLinear)) and id(mod) not in covered:
             if not _wanted([mod], dense):
                 declined.append((path, "projection", DENSE_DECLINED))
             elif supported(mod):
-                parts.append(_replace_part(container, key, mod, MetileProjection(mod, max_rows), path, "projection"))
+                part = _replace_part(container, key, mod, MetileProjection(mod, max_rows), path, "projection")
+                parts.append(_named(part, [mod]))
             else:
-                declined.append((path, "projection", "unsupported weight format"))
+                declined.append((path, "projection", f"unsupported weight format {format_name(mod)}"))
         if isinstance(mod, (nn.Embedding, nn.QuantizedEmbedding)) and not hasattr(type(mod), "_metile_kind") and tied:
             if not (dense or isinstance(mod, nn.QuantizedEmbedding)):
                 declined.append((path, "tied_output", DENSE_DECLINED))
             elif embedding_supported(mod):
-                parts.append(_tied_part(mod, path, max_rows))
+                parts.append(_named(_tied_part(mod, path, max_rows), [mod]))
             else:
-                declined.append((path, "tied_output", "unsupported weight format"))
+                declined.append((path, "tied_output", f"unsupported weight format {format_name(mod)}"))
     return parts
+
+
+def _named(part: Part, layers: list) -> Part:
+    """The part with its layers' formats: one name, or each in order where they differ."""
+    names = [format_name(m) for m in layers]
+    part.formats = names[0] if len(set(names)) == 1 else "/".join(names)
+    return part
 
 
 def ties_embeddings(model: nn.Module) -> bool:
@@ -513,4 +525,5 @@ def patch(
         raise RuntimeError("mlx_metile.patch: the verified set no longer verifies; the model was left unpatched")
     report._parts = kept
     report.replaced = [(p.path, p.kind) for p in kept]
+    report.formats = {(p.path, p.kind): p.formats for p in kept if p.formats}
     return report

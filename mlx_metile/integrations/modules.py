@@ -107,6 +107,16 @@ class ProjectionCache:
         return self.projection
 
 
+def format_name(layer: nn.Module) -> str:
+    """A layer's weight format as reports name it: `q4g64` (affine), `mxfp4` (another mode), `bf16`."""
+    if isinstance(layer, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+        mode = getattr(layer, "mode", "affine")
+        return f"q{layer.bits}g{layer.group_size}" if mode == MODE else mode
+    return {mx.float32: "f32", mx.float16: "f16", mx.bfloat16: "bf16"}.get(
+        layer["weight"].dtype, str(layer["weight"].dtype)
+    )
+
+
 def quantized_supported(layer: nn.Module) -> bool:
     """A quantized layer (linear or embedding) in a format the kernels take."""
     return (

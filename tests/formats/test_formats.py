@@ -122,6 +122,9 @@ def test_quantized_weight_checks_name_the_argument():
         (dict(scales=s.astype(mx.int32), biases=b.astype(mx.int32)), TypeError, "scales: dtype mlx.core.int32"),
         (dict(biases=b.astype(mx.float16)), ValueError, "biases: dtype mlx.core.float16 differs from scales'"),
         (dict(scales=None), TypeError, "scales: expected an mlx.core.array, got NoneType"),
+        (dict(mode="mxfp4"), ValueError, r"mode: 'mxfp4' is not supported; only 'affine'"),
+        (dict(mode="nvfp4"), ValueError, r"mode: 'nvfp4' is not supported"),
+        (dict(mode="MXFP4"), ValueError, r"mode: 'MXFP4' is not a quantization mode of MLX"),
     ]
     for change, exc, message in cases:
         args = dict(w=w, scales=s, biases=b, group_size=64, bits=4) | change

@@ -377,3 +377,22 @@ def test_the_norms_stay_separate_ops_unless_fuse_norms_is_set():
         assert [p.norm is not None for p in projections] == [with_norm, False]  # (gate/up: schedule.norm_pays)
     with pytest.raises(TypeError, match="fuse_norms: expected True or False"):
         mt.patch(make("llama", "q4g64"), fuse_norms="yes")
+
+
+def test_the_report_names_each_replaced_layer_s_format():
+    model = make("qwen3", "q3g64")
+    report = mt.patch(model)
+    assert report.formats and set(report.formats.values()) == {"q3g64"}
+    assert {(p, k) for p, k in report.replaced} == set(report.formats)
+    assert "replaced tied_output  model.embed_tokens (q3g64)" in str(report)
+
+
+@pytest.mark.parametrize("mode,group,nbits", [("mxfp4", 32, 4), ("mxfp8", 32, 8), ("nvfp4", 16, 4)])
+def test_microscaling_models_are_declined_and_left_running(mode, group, nbits):
+    model = make("llama", "float32")
+    nn.quantize(model, group_size=group, bits=nbits, mode=mode)
+    before = logits(model)
+    report = mt.patch(model)
+    assert not report and report.declined
+    assert any(why == f"unsupported weight format {mode}" for _, _, why in report.declined), str(report)
+    np.testing.assert_array_equal(logits(model), before)  # untouched, and its forward still runs

@@ -40,6 +40,16 @@ def test_non_integer_bits_or_group_size_is_a_type_error_naming_it(arg, value):
         mt.quantized_linear(x, *q, **kwargs)
 
 
+def test_mode_as_stock_quantized_matmul_takes_it():
+    x, q = rand((3, K), mx.float32, 1), _q()
+    want = f64(x) @ dequantize_exact(*q, 64, 4).T  # float64 on the dequantized weights
+    got = mt.quantized_linear(x, *q, group_size=64, bits=4, mode="affine")
+    np.testing.assert_allclose(f64(got), want, rtol=0, atol=1e-5 * float(np.abs(want).max()))  # f32 sums
+    w, s = mx.quantize(rand((N, K), mx.float32, 3), group_size=32, bits=4, mode="mxfp4")
+    with pytest.raises(ValueError, match=r"^mode: 'mxfp4' is not supported"):
+        mt.quantized_linear(x, w, s, None, group_size=32, bits=4, mode="mxfp4")
+
+
 def test_bad_biases_and_norm_are_refused_naming_them():
     x, q, w = rand((3, K), mx.float32, 1), _q(), rand((N, K), mx.float32, 2)
     with pytest.raises(TypeError, match=r"^bias: expected an mlx.core.array"):
