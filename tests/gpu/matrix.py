@@ -192,6 +192,23 @@ def quantized_formats(m: Matrix, quick: bool) -> None:
                     m.invariant(f"int{bits} g{group} {dtype}", y, alone_of(alone, rows), rows)
 
 
+def affine_widths(m: Matrix, quick: bool) -> None:
+    """2, 3, 5 and 6-bit weights (3, 5 and 6-bit values straddle words), which the tensor-core
+    schedules do not take: the SIMT kernel, over K = 1024 at 1-100 rows."""
+    quick_combos = ((2, 64), (3, 32), (5, 128), (6, 64))
+    for dtype in (mx.bfloat16,) if quick else (mx.float16, mx.bfloat16):
+        N, K = 300, 1024
+        for bits, group in quick_combos if quick else [(b, g) for b in (2, 3, 5, 6) for g in (32, 64, 128)]:
+            wq, s, bq = mx.quantize(m.arr((N, K), dtype, 0.05), group_size=group, bits=bits)
+            wd = dequantize_exact(wq, s, bq, group, bits)
+            x = m.arr((MAX_ROWS_CHECKED, K), dtype)
+            alone = alone_both(lambda x, q=(wq, s, bq, group, bits): quantized(x, *q), x)
+            for rows in (1, 3, 17, 33, 100) if quick else (1, 2, 3, 5, 8, 16, 32, 33, 64, 100):
+                y = quantized(x[:rows], wq, s, bq, group, bits)
+                m.check(f"int{bits} g{group} {dtype} rows={rows}", y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype)
+                m.invariant(f"int{bits} g{group} {dtype}", y, alone_of(alone, rows), rows)
+
+
 def odd_group_count(m: Matrix, quick: bool) -> None:
     """K = 17 groups of 64: no 4-byte scale pairs, so the tensor-core schedule loads through
     registers instead of its cp.async ring."""
@@ -456,14 +473,16 @@ SECTIONS: dict[str, Callable[[Matrix, bool], None]] = {
         wide_swiglu,
         dense_fusions,
         qkv_3d,
+        affine_widths,
     )
 }
 
 
-# Cases each section checks (quick, full): what tests/gpu asserts it ran; 460 and 1073 in all.
+# Cases each section checks (quick, full): what tests/gpu asserts it ran; 480 and 1313 in all.
 CASES = {
     "linear": (35, 174),
     "quantized_formats": (30, 180),
+    "affine_widths": (20, 240),
     "odd_group_count": (16, 16),
     "wide_outputs": (96, 96),
     "one_tile_dense": (14, 14),
