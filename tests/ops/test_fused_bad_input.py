@@ -18,8 +18,10 @@ def _q(n=8, k=128, group=64, bits=4):
 def test_quantized_argument_errors():
     x = rand((2, 128), mx.float32, 2)
     w, s, b = _q()
-    with pytest.raises(ValueError, match="bits: 3 is not supported"):
-        mt.quantized_linear(x, w, s, b, bits=3)
+    with pytest.raises(ValueError, match=r"bits: 7 is not supported; use one of \(2, 3, 4, 5, 6, 8\)"):
+        mt.quantized_linear(x, w, s, b, bits=7)
+    with pytest.raises(ValueError, match="w: 16 words per row do not hold whole 3-bit values"):
+        mt.quantized_linear(x, w, s, b, bits=3)  # 4-bit words read as 3-bit ones
     with pytest.raises(ValueError, match="group_size: 16 is not supported"):
         mt.quantized_linear(x, w, s, b, group_size=16)
     with pytest.raises(ValueError, match=r"scales: expected shape \(8, 2\)"):
