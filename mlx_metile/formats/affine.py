@@ -24,9 +24,10 @@ _VALIDATED_LIMIT = 4096
 
 
 class QuantizedWeight:
-    """A weight in MLX's affine quantized format, used as stored (no repacking):
-    `w` uint32 [N, K*bits/32] packed least-significant bits first, `scales` and
-    `biases` [N, K/group_size]; element (n, k) is scales*q + biases."""
+    """A weight in MLX's affine quantized format (bits 2, 3, 4, 5, 6 or 8), used as stored (no
+    repacking): `w` uint32 [N, K*bits/32], each row's words one bit stream, least-significant bits
+    first (3, 5 and 6-bit values straddle words); `scales` and `biases` [N, K/group_size]; element
+    (n, k) is scales*q + biases. `mode` is "affine" (MLX's other modes are refused by name)."""
 
     def __init__(
         self,
