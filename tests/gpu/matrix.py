@@ -171,25 +171,28 @@ def linear(m: Matrix, quick: bool) -> None:
             m.invariant(f"linear K=1024 {dtype}", y, alone_of(alone3, rows), rows)
 
 
+def _one_quantized_weight(m: Matrix, quick: bool, dtype, bits: int, group: int) -> None:
+    """A 300 x 1024 weight of `bits` and `group` at 1-100 rows, against float64 and row invariance."""
+    N, K = 300, 1024
+    wq, s, bq = mx.quantize(m.arr((N, K), dtype, 0.05), group_size=group, bits=bits)
+    wd = dequantize_exact(wq, s, bq, group, bits)
+    x = m.arr((MAX_ROWS_CHECKED, K), dtype)
+    alone = alone_both(lambda x, q=(wq, s, bq, group, bits): quantized(x, *q), x)
+    for rows in (1, 3, 17, 33, 100) if quick else (1, 2, 3, 5, 8, 16, 32, 33, 64, 100):
+        y = quantized(x[:rows], wq, s, bq, group, bits)
+        m.check(f"int{bits} g{group} {dtype} rows={rows}", y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype)
+        m.invariant(f"int{bits} g{group} {dtype}", y, alone_of(alone, rows), rows)
+
+
 def quantized_formats(m: Matrix, quick: bool) -> None:
     """4/8-bit weights of groups 32/64/128 with f16 and bf16 scales (and f32 in the full matrix)
     over K = 1024, at 1-100 rows."""
     for dtype in (mx.float16, mx.bfloat16) if quick else (mx.float32, mx.float16, mx.bfloat16):
-        N, K = 300, 1024
         for bits in (4, 8):
             for group in (32, 64, 128):
                 if quick and (bits == 8 or dtype == mx.float16) and group != 64:
                     continue
-                wq, s, bq = mx.quantize(m.arr((N, K), dtype, 0.05), group_size=group, bits=bits)
-                wd = dequantize_exact(wq, s, bq, group, bits)
-                x = m.arr((MAX_ROWS_CHECKED, K), dtype)
-                alone = alone_both(lambda x, q=(wq, s, bq, group, bits): quantized(x, *q), x)
-                for rows in (1, 3, 17, 33, 100) if quick else (1, 2, 3, 5, 8, 16, 32, 33, 64, 100):
-                    y = quantized(x[:rows], wq, s, bq, group, bits)
-                    m.check(
-                        f"int{bits} g{group} {dtype} rows={rows}", y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype
-                    )
-                    m.invariant(f"int{bits} g{group} {dtype}", y, alone_of(alone, rows), rows)
+                _one_quantized_weight(m, quick, dtype, bits, group)
 
 
 def affine_widths(m: Matrix, quick: bool) -> None:
@@ -197,16 +200,8 @@ def affine_widths(m: Matrix, quick: bool) -> None:
     schedules do not take: the SIMT kernel, over K = 1024 at 1-100 rows."""
     quick_combos = ((2, 64), (3, 32), (5, 128), (6, 64))
     for dtype in (mx.bfloat16,) if quick else (mx.float16, mx.bfloat16):
-        N, K = 300, 1024
         for bits, group in quick_combos if quick else [(b, g) for b in (2, 3, 5, 6) for g in (32, 64, 128)]:
-            wq, s, bq = mx.quantize(m.arr((N, K), dtype, 0.05), group_size=group, bits=bits)
-            wd = dequantize_exact(wq, s, bq, group, bits)
-            x = m.arr((MAX_ROWS_CHECKED, K), dtype)
-            alone = alone_both(lambda x, q=(wq, s, bq, group, bits): quantized(x, *q), x)
-            for rows in (1, 3, 17, 33, 100) if quick else (1, 2, 3, 5, 8, 16, 32, 33, 64, 100):
-                y = quantized(x[:rows], wq, s, bq, group, bits)
-                m.check(f"int{bits} g{group} {dtype} rows={rows}", y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype)
-                m.invariant(f"int{bits} g{group} {dtype}", y, alone_of(alone, rows), rows)
+            _one_quantized_weight(m, quick, dtype, bits, group)
 
 
 def odd_group_count(m: Matrix, quick: bool) -> None:
