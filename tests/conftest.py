@@ -23,6 +23,14 @@ def pytest_addoption(parser):
 
 
 @pytest.fixture(scope="session")
+def mlx_metal():
+    """MLX's macOS wheel unpacked (tests/mlx_metal.py): its Metal headers and its mlx.metallib."""
+    from tests.mlx_metal import wheel_root
+
+    return wheel_root()
+
+
+@pytest.fixture(scope="session")
 def rng():
     import numpy as np
 
