@@ -147,7 +147,7 @@ def _buffers(weights, biases) -> int:
     the scalars M, K and N_i."""
     count = 1 + 2
     for w, b in zip(weights, biases):
-        count += (3 if isinstance(w, QuantizedWeight) else 1) + (b is not None) + 1 + 1
+        count += (len(w.arrays()) if isinstance(w, QuantizedWeight) else 1) + (b is not None) + 1 + 1
     return count
 
 
@@ -251,7 +251,7 @@ def reference_of_flat(arrays, weights, biases, epilogue, has_residual) -> list[m
     ws, bs = [], []
     for w, b in zip(weights, biases):
         if isinstance(w, QuantizedWeight):
-            ws.append(QuantizedWeight(next(it), next(it), next(it), w.group_size, w.bits))
+            ws.append(w.with_arrays([next(it) for _ in w.arrays()]))
         else:
             ws.append(next(it))
         bs.append(next(it) if b is not None else None)

@@ -51,16 +51,17 @@ def quantized_linear(
     x: mx.array,
     w: mx.array,
     scales: mx.array,
-    biases: mx.array,
+    biases: mx.array | None = None,
     *,
-    group_size: int = 64,
-    bits: int = 4,
+    group_size: int | None = None,
+    bits: int | None = None,
     mode: str = "affine",
     bias: mx.array | None = None,
     stream: StreamLike = None,
 ) -> mx.array:
-    """`mx.quantized_matmul(x, w, scales, biases, transpose=True, group_size, bits, mode)` (+ bias);
-    mode "affine" only."""
+    """`mx.quantized_matmul(x, w, scales, biases, transpose=True, group_size, bits, mode)` (+ bias)
+    in every mode of MLX (see QuantizedWeight): biases for "affine", None for "mxfp4", "mxfp8"
+    and "nvfp4"; group_size and bits default to the mode's."""
     qw = QuantizedWeight(w, scales, biases, group_size, bits, mode)
     try:
         return project("quantized_linear", x, [qw], [bias], None, None, stream)[0]

@@ -12,6 +12,9 @@ from .emulated import emulator_object
 from .extension import require
 from .inputs import binding_template
 
+# WeightFormat.mode -> src/tile_kernel.h QuantMode (dense weights: 0, told apart by bits 0)
+QUANT_MODE_CODES = {"dense": 0, "affine": 0, "mxfp4": 1, "mxfp8": 2, "nvfp4": 3}
+
 
 def launch(
     artifact,
@@ -40,6 +43,7 @@ def launch(
         artifact.key,
         [f.bits for f in call.formats],
         [f.group_size for f in call.formats],
+        [QUANT_MODE_CODES[f.mode] for f in call.formats],
         [int(f.has_bias) for f in call.formats],
         EPILOGUE_CODES[call.epilogue],
         call.residual is not None,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx.utils import tree_flatten
 
 from .modules import (
     FusedSwiGLU,
@@ -370,8 +371,11 @@ def _model_dtype(model: nn.Module) -> mx.Dtype:
     for _, _, mod, _ in _walk(model):
         if isinstance(mod, (nn.Embedding, nn.Linear)):
             return mod.weight.dtype
-        if isinstance(mod, (nn.QuantizedEmbedding, nn.QuantizedLinear)):
-            return mod.scales.dtype
+        if isinstance(mod, (nn.QuantizedEmbedding, nn.QuantizedLinear)) and mod.scales.dtype != mx.uint8:
+            return mod.scales.dtype  # (microscaled layers' scales are uint8 codes: no activation dtype)
+    for _, a in tree_flatten(model.parameters()):
+        if a.dtype in (mx.float32, mx.float16, mx.bfloat16):
+            return a.dtype
     return mx.float32
 
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <thread>
 
@@ -40,8 +41,26 @@ struct WeightView {
   const mx::array* bias = nullptr;
   int bits = 0;
   int group = 0;
+  QuantMode mode = QuantMode::Affine;
   int64_t n = 0;
 };
+
+// The microscaling codes, as MLX's fp4.h / fp8.h decode them: e2m1 values, e4m3 (OCP e4m3fn:
+// bias 7, subnormals, 0x7F / 0xFF NaN) and e8m0 scales 2^(byte - 127) (255: inf).
+constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+float e4m3(uint32_t code) {
+  uint32_t e = (code >> 3) & 15u, m = code & 7u;
+  float magnitude = (code & 0x7Fu) == 0x7Fu ? std::numeric_limits<float>::quiet_NaN()
+                    : e == 0                ? std::ldexp(static_cast<float>(m), -9)
+                                            : std::ldexp(1.0f + static_cast<float>(m) / 8.0f, static_cast<int>(e) - 7);
+  return (code & 0x80u) ? -magnitude : magnitude;
+}
+
+float e8m0(uint32_t byte) {
+  return byte == 255 ? std::numeric_limits<float>::infinity() : std::ldexp(1.0f, static_cast<int>(byte) - 127);
+}
 
 // Row n of the weight as f32: dense converted, or affine dequantised
 // (w = scale * q + bias; a row's words are one bit stream, least-significant bits first,
@@ -64,6 +83,16 @@ void weight_row(const WeightView& v, int64_t n, int64_t K, float* out) {
   int64_t groups = K / v.group;
   const uint32_t* row = packed + n * words_per_row;
   uint32_t mask = (1u << v.bits) - 1u;
+  if (v.mode != QuantMode::Affine) {  // 4 or 8-bit codes: whole values per word
+    const uint8_t* scales = v.scales->data<uint8_t>() + n * groups;
+    for (int64_t k = 0; k < K; ++k) {
+      uint32_t code = (row[k * v.bits >> 5] >> ((k * v.bits) & 31)) & mask;
+      uint32_t byte = scales[k / v.group];
+      float scale = v.mode == QuantMode::NvFp4 ? e4m3(byte) : e8m0(byte);
+      out[k] = (v.bits == 4 ? kE2M1[code] : e4m3(code)) * scale;
+    }
+    return;
+  }
   for (int64_t k = 0; k < K; ++k) {
     int64_t bit = k * v.bits;
     int shift = static_cast<int>(bit & 31);
@@ -99,10 +128,9 @@ void cpu_projection(const ProjectionDesc& d, const std::vector<mx::array>& in, s
     v.w = &in[idx++];
     v.bits = d.bits[i];
     v.group = d.group_size[i];
-    if (v.bits) {
-      v.scales = &in[idx++];
-      v.biases = &in[idx++];
-    }
+    v.mode = static_cast<QuantMode>(d.mode[i]);
+    if (v.bits) v.scales = &in[idx++];
+    if (d.weight_arrays(i) == 3) v.biases = &in[idx++];
     if (d.has_bias[i]) v.bias = &in[idx++];
     v.n = v.w->shape(0);
     ws.push_back(v);
