@@ -98,7 +98,11 @@ def test_checks_name_the_argument():
         (dict(biases=s), ValueError, "biases: must be None for mode 'mxfp4'"),
         (dict(group_size=64), ValueError, "group_size: mode 'mxfp4' has groups of 32, got 64"),
         (dict(bits=8), ValueError, "bits: mode 'mxfp4' has 4-bit values, got 8"),
-        (dict(scales=s.astype(mx.float16)), TypeError, "scales: mode 'mxfp4' stores uint8 scales, got mlx.core.float16"),
+        (
+            dict(scales=s.astype(mx.float16)),
+            TypeError,
+            "scales: mode 'mxfp4' stores uint8 scales, got mlx.core.float16",
+        ),
         (dict(scales=s[:, :2]), ValueError, r"scales: expected shape \(8, 4\) for N=8, K=128, group_size=32"),
         (dict(w=w.astype(mx.int32)), ValueError, "w: expected a 2-D uint32 array of packed values"),
         (dict(w=w[:, :3]), ValueError, "w: K=24 .* is not a multiple of 32"),
