@@ -293,7 +293,9 @@ class _Reader:
                     raise MetallibError(f"header extension: RLST has {len(payload)} bytes, expected 16")
                 off, size = struct.unpack("<QQ", payload)
                 if off + size > len(d) or off < HEADER.size:
-                    raise MetallibError(f"header extension: reflection list at {off} of {size} bytes is outside the file")
+                    raise MetallibError(
+                        f"header extension: reflection list at {off} of {size} bytes is outside the file"
+                    )
                 refl_span = (off, off + size)
         _no_overlap({**spans, **({"reflection list": refl_span} if refl_span else {})})
 
