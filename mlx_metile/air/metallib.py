@@ -316,7 +316,7 @@ class _Reader:
         if p != flend:
             raise MetallibError(f"function list: {count} entries end at {p}, the list's size says {flend}")
         used_bitcode.sort()
-        for (a0, a1, an), (b0, b1, bn) in zip(used_bitcode, used_bitcode[1:]):
+        for (a0, a1, an), (b0, _b1, bn) in zip(used_bitcode, used_bitcode[1:]):
             if b0 < a1:
                 raise MetallibError(f"bitcode of {bn!r} at {b0 - bc0} overlaps that of {an!r} ({a0 - bc0}..{a1 - bc0})")
         return Metallib(

@@ -63,12 +63,12 @@ def _constant_literal(ctype: str, llvm_type: str, value: ConstantValue, name: st
             if math.isfinite(v) and abs(v) > 3.4028234663852886e38:
                 raise AirError(f"function constant {name!r}: {value!r} overflows a float")
             v = struct.unpack("<f", struct.pack("<f", v))[0]
-            return "0x%016X" % struct.unpack("<Q", struct.pack("<d", v))[0]
+            return "0x{:016X}".format(struct.unpack("<Q", struct.pack("<d", v))[0])
         if ctype == "half":
-            return "0xH%04X" % struct.unpack("<H", struct.pack("<e", v))[0]
+            return "0xH{:04X}".format(struct.unpack("<H", struct.pack("<e", v))[0])
         bits = struct.unpack("<I", struct.pack("<f", v))[0]
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # round to nearest even
-        return "0xR%04X" % bits
+        return f"0xR{bits:04X}"
     bits = int(re.sub(r"\D", "", llvm_type) or 0)
     if not isinstance(value, int) or isinstance(value, bool):
         raise AirError(f"function constant {name!r} is a {ctype}; got {value!r}")
