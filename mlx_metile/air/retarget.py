@@ -194,21 +194,26 @@ def retarget(ll: str, kernel: Kernel, constants: Mapping[str, ConstantValue], so
             unsupported.append(name)
         else:
             definitions.append(body)
+    defined = {n for n in air if n not in unsupported}
+    reach = _reachable(ll, kernel.name)
+    unsupported = [n for n in unsupported if n in reach]
     if unsupported:
         raise AirError(
             f"kernel {kernel.name!r} calls AIR intrinsics the CPU executor does not implement: {', '.join(unsupported)}"
         )
     lines = ll.split("\n")
     _set_constants(lines, kernel, constants)
-    _site_calls(lines, {n for n in air if intrinsics.takes_site(n)})
+    _site_calls(lines, {n for n in defined if intrinsics.takes_site(n)})
     kept = []
     for line in lines:
         if line.startswith("target triple"):
             kept.append(f'target triple = "{X86_TRIPLE}"')
         elif line.startswith("target datalayout"):
             kept.append(f'target datalayout = "{X86_DATALAYOUT}"')
-        elif line.startswith("declare") and re.search(r"@\"?air\.", line):
+        elif line.startswith("declare") and re.search(r"@\"?air\.", line) and _declared(line) in defined:
             continue  # defined below
+        elif line.startswith("!air.kernel = "):
+            continue  # would keep the other kernels of the module (and what they call) alive
         elif line.startswith("@") and re.search(r"\baddrspace\(3\) global\b", line):
             # threadgroup variables: one section the runtime knows (emu_abi.h tg_static_lo/hi)
             line = re.sub(r', section "[^"]*"', "", line)
@@ -256,6 +261,34 @@ def retarget(ll: str, kernel: Kernel, constants: Mapping[str, ConstantValue], so
         _entry(kernel, kernel.name),
     ]
     return text + "\n" + "\n".join(tail) + "\n"
+
+
+def _declared(line: str) -> str:
+    m = re.match(r"declare [^\n]*?@\"?([\w.$]+)\"?\(", line)
+    return m.group(1) if m else ""
+
+
+def _reachable(ll: str, root: str) -> set[str]:
+    """Functions `root` calls, directly or through other functions of the module."""
+    calls: dict[str, set[str]] = {}
+    current = None
+    for line in ll.split("\n"):
+        d = re.match(r"define [^@]*@\"?([\w.$]+)\"?\(", line)
+        if d:
+            current = d.group(1)
+            calls[current] = set()
+        elif line.startswith("}"):
+            current = None
+        elif current:
+            calls[current].update(re.findall(r"@\"?([\w.$]+)\"?\(", line))
+    seen, todo = set(), [root]
+    while todo:
+        f = todo.pop()
+        for g in calls.get(f, ()):
+            if g not in seen:
+                seen.add(g)
+                todo.append(g)
+    return seen
 
 
 def _c_string(b: bytes) -> str:
