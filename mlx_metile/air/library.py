@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,29 @@ class Function(_EmulatedKernel):
     def buffers(self) -> tuple[Param, ...]:
         return tuple(p for p in self.kernel.params if p.kind == "buffer")
 
+    def pack(self, index: int, **values: int | float) -> bytes:
+        """The bytes of the struct [[buffer(index)]] takes, laid out as the kernel's metadata
+        says (air.struct_type_info), every member given by name."""
+        p = self.kernel.buffer(index)
+        if p is None or not p.fields:
+            raise ValueError(f"{self.name}: buffer({index}) is not a struct the metadata lays out")
+        names = [f.name for f in p.fields]
+        unknown = sorted(set(values) - set(names))
+        missing = [n for n in names if n not in values]
+        if unknown or missing:
+            raise ValueError(
+                f"{self.name}: {p.elem} members are {', '.join(names)}; "
+                + (f"unknown: {', '.join(unknown)} " if unknown else "")
+                + (f"missing: {', '.join(missing)}" if missing else "")
+            )
+        out = bytearray(p.elem_size or max(f.offset + f.size for f in p.fields))
+        for f in p.fields:
+            code = _STRUCT_CODES.get((f.type, f.size))
+            if code is None:
+                raise ValueError(f"{self.name}: member {f.name} of type {f.type} ({f.size} bytes) cannot be packed")
+            struct.pack_into("<" + code, out, f.offset, values[f.name])
+        return bytes(out)
+
     def _check_size(self, tg: tuple[int, int, int]) -> None:
         limit = self.kernel.max_threads
         n = tg[0] * tg[1] * tg[2]
@@ -111,6 +135,21 @@ class Function(_EmulatedKernel):
     ) -> DispatchStats:
         self._check_size(_dims(threadgroup))
         return super().dispatch_threads(grid, threadgroup, buffers, threadgroup_memory, order=order, seed=seed)
+
+
+_STRUCT_CODES = {
+    ("int", 4): "i",
+    ("uint", 4): "I",
+    ("long", 8): "q",
+    ("ulong", 8): "Q",
+    ("short", 2): "h",
+    ("ushort", 2): "H",
+    ("float", 4): "f",
+    ("half", 2): "e",
+    ("bool", 1): "?",
+    ("char", 1): "b",
+    ("uchar", 1): "B",
+}
 
 
 def _dims(v: Sequence[int] | int) -> tuple[int, int, int]:

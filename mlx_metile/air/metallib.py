@@ -208,7 +208,10 @@ def _parse_constants(payload: bytes, fname: str) -> list[FunctionConstant]:
         end = payload.find(b"\0", p)
         if end < 0 or end + 5 > len(payload):
             raise MetallibError(f"{where}: constant {i} of {count} runs past the tag's {len(payload)} bytes")
-        name = payload[p:end].decode("utf-8", "replace")
+        try:
+            name = payload[p:end].decode("utf-8")
+        except UnicodeDecodeError:
+            raise MetallibError(f"{where}: the name of constant {i} is not UTF-8") from None
         ctype, index, required = struct.unpack_from("<BHB", payload, end + 1)
         out.append(FunctionConstant(name, index, CONSTANT_TYPES.get(ctype, f"MTLDataType {ctype}"), bool(required)))
         p = end + 5
@@ -283,8 +286,13 @@ class _Reader:
         if flend > len(d):
             raise MetallibError("header: function list runs past the end of the file")
         spans["function list"] = (flo, flend)
-        ext_tags, ext_end = self._tags(flend, spans["public metadata"][0], "header extension")
-        spans["function list"] = (flo, ext_end)
+        _no_overlap(spans)
+        pub0, pub1 = spans["public metadata"]
+        prv0, prv1 = spans["private metadata"]
+        bc0, bc1 = spans["bitcode"]
+        if pub0 < flend:
+            raise MetallibError(f"header: public metadata at {pub0} lies before the function list's end ({flend})")
+        ext_tags, ext_end = self._tags(flend, pub0, "header extension")
         extension = tuple(ext_tags)
         refl_span = None
         for tag, payload in extension:
@@ -292,18 +300,23 @@ class _Reader:
                 if len(payload) != 16:
                     raise MetallibError(f"header extension: RLST has {len(payload)} bytes, expected 16")
                 off, size = struct.unpack("<QQ", payload)
-                if off + size > len(d) or off < HEADER.size:
+                if off + size > len(d) or off < HEADER.size or size < 4:
                     raise MetallibError(
                         f"header extension: reflection list at {off} of {size} bytes is outside the file"
                     )
                 refl_span = (off, off + size)
-        _no_overlap({**spans, **({"reflection list": refl_span} if refl_span else {})})
+        spans["function list"] = (flo, ext_end)
+        if refl_span:
+            spans["reflection list"] = refl_span
+        _no_overlap(spans)
+        _in_order(spans, len(d))
+        if refl_span:
+            (refl_count,) = self._u("<I", refl_span[0], "reflection list: count")
+            if refl_count != count:
+                raise MetallibError(f"reflection list: count {refl_count}, the function list has {count} functions")
 
-        functions, used_bitcode = [], []
+        functions, used = [], {"public metadata": [], "private metadata": [], "bitcode": [], "reflection list": []}
         p = flo + 4
-        pub0, pub1 = spans["public metadata"]
-        prv0, prv1 = spans["private metadata"]
-        bc0, bc1 = spans["bitcode"]
         for i in range(count):
             (size,) = self._u("<I", p, f"function {i}: size")
             if size < 8 or p + size > flend:
@@ -312,13 +325,13 @@ class _Reader:
             if end != p + size:
                 raise MetallibError(f"function {i}: {p + size - end} bytes after ENDT inside its entry")
             p += size
-            functions.append(self._function(i, tags, (pub0, pub1), (prv0, prv1), (bc0, bc1), refl_span, used_bitcode))
+            functions.append(self._function(i, tags, (pub0, pub1), (prv0, prv1), (bc0, bc1), refl_span, used))
         if p != flend:
             raise MetallibError(f"function list: {count} entries end at {p}, the list's size says {flend}")
-        used_bitcode.sort()
-        for (a0, a1, an), (b0, _b1, bn) in zip(used_bitcode, used_bitcode[1:]):
-            if b0 < a1:
-                raise MetallibError(f"bitcode of {bn!r} at {b0 - bc0} overlaps that of {an!r} ({a0 - bc0}..{a1 - bc0})")
+        for what, parts in used.items():
+            if what in spans:
+                lo, hi = spans[what]
+                _tiled(what, parts, lo + (4 if what == "reflection list" else 0), hi)
         return Metallib(
             functions=tuple(functions),
             platform=platform,
@@ -339,7 +352,10 @@ class _Reader:
         raw = t["NAME"]
         if not raw.endswith(b"\0"):
             raise MetallibError(f"function {i}: NAME is not a NUL-terminated string")
-        name = raw[:-1].decode("utf-8", "replace")
+        try:
+            name = raw[:-1].decode("utf-8")
+        except UnicodeDecodeError:
+            raise MetallibError(f"function {i}: NAME {raw[:-1]!r} is not UTF-8") from None
         what = f"function {i} ({name!r})"
         if len(t["OFFT"]) != 24 or len(t["MDSZ"]) != 8 or len(t["HASH"]) != 32 or len(t["TYPE"]) != 1:
             raise MetallibError(f"{what}: OFFT/MDSZ/HASH/TYPE have the wrong sizes")
@@ -353,12 +369,14 @@ class _Reader:
         bitcode = self.d[bc[0] + bo : bc[0] + bo + bsize]
         if hashlib.sha256(bitcode).digest() != t["HASH"]:
             raise MetallibError(f"{what}: HASH does not match the SHA-256 of its {bsize} bytes of bitcode")
-        used.append((bc[0] + bo, bc[0] + bo + bsize, name))
+        used["bitcode"].append((bc[0] + bo, bc[0] + bo + bsize, name))
         a, b = self._sized_entry(pub[0], pub[1], po, f"{what}: public metadata")
+        used["public metadata"].append((a, b, name))
         public, end = self._tags(a + 4, b, f"{what}: public metadata")
         if end != b:
             raise MetallibError(f"{what}: public metadata has {b - end} bytes after ENDT")
         a, b = self._sized_entry(prv[0], prv[1], pro, f"{what}: private metadata")
+        used["private metadata"].append((a, b, name))
         private, end = self._tags(a + 4, b, f"{what}: private metadata")
         if end != b:
             raise MetallibError(f"{what}: private metadata has {b - end} bytes after ENDT")
@@ -370,6 +388,7 @@ class _Reader:
                 raise MetallibError(f"{what}: RFLT has {len(t['RFLT'])} bytes, expected 8")
             (ro,) = struct.unpack("<Q", t["RFLT"])
             a, b = self._sized_entry(refl[0], refl[1], ro, f"{what}: reflection")
+            used["reflection list"].append((a, b, name))
             reflection = self.d[a + 4 : b]
         version = (2, 6, 3, 1)
         if "VERS" in t:
@@ -388,6 +407,38 @@ class _Reader:
         )
         fn.function_constants()  # checks CNST
         return fn
+
+
+_ORDER = ("function list", "public metadata", "private metadata", "bitcode", "reflection list")
+
+
+def _in_order(spans: dict[str, tuple[int, int]], size: int) -> None:
+    """Sections back to back in Apple's order, from the header to the end of the file: a layout the
+    writer reproduces byte for byte (nothing of the file is left unread)."""
+    at = HEADER.size
+    for what in _ORDER:
+        if what not in spans:
+            continue
+        lo, hi = spans[what]
+        if lo != at:
+            raise MetallibError(f"header: {what} starts at {lo}, expected {at} (right after the section before it)")
+        at = hi
+    if at != size:
+        raise MetallibError(f"header: the sections end at {at}, the file has {size} bytes")
+
+
+def _tiled(what: str, parts: list[tuple[int, int, str]], lo: int, hi: int) -> None:
+    """Functions' entries of a section: no two overlapping, together covering it."""
+    parts = sorted(parts)
+    at, prev = lo, None
+    for a, b, name in parts:
+        if a < at:
+            raise MetallibError(f"{what} of {name!r} at {a - lo} overlaps that of {prev!r} (ending at {at - lo})")
+        if a > at:
+            raise MetallibError(f"{what}: bytes {at - lo}..{a - lo} belong to no function")
+        at, prev = b, name
+    if at != hi:
+        raise MetallibError(f"{what}: bytes {at - lo}..{hi - lo} belong to no function")
 
 
 def _no_overlap(spans: dict[str, tuple[int, int]]) -> None:

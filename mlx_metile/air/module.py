@@ -27,6 +27,16 @@ POSITIONS = (
 
 
 @dataclass(frozen=True)
+class Field:
+    """A member of a struct passed in a buffer, as air.struct_type_info lays it out."""
+
+    offset: int
+    size: int
+    type: str
+    name: str
+
+
+@dataclass(frozen=True)
 class Param:
     """One kernel parameter. kind: 'buffer' (device / constant memory, [[buffer(index)]]),
     'threadgroup' ([[threadgroup(index)]]) or 'position' (`attribute` names it)."""
@@ -43,6 +53,7 @@ class Param:
     attribute: str = ""  # for positions: thread_position_in_grid, ...
     unused: bool = False
     predicate: str | None = None  # the (bool) function constant the binding is made under
+    fields: tuple[Field, ...] = ()  # a struct buffer's layout (air.struct_type_info)
 
 
 @dataclass(frozen=True)
@@ -161,6 +172,22 @@ def _param_type(text: str, kernel: str, i: int) -> str:
     return m.group(1)
 
 
+def _fields(info: list[str], what: str) -> tuple[Field, ...]:
+    """air.struct_type_info: (offset, size, array count, type name, member name) per member."""
+    if len(info) % 5:
+        raise AirError(f"{what}: air.struct_type_info has {len(info)} elements, not groups of 5")
+    out = []
+    for i in range(0, len(info), 5):
+        off, size, _, tname, name = info[i : i + 5]
+        o, n, t, m = _int(off), _int(size), _string(tname), _string(name)
+        if o is None or n is None or t is None or m is None:
+            raise AirError(
+                f"{what}: air.struct_type_info member {info[i : i + 5]!r} is not (offset, size, n, type, name)"
+            )
+        out.append(Field(o, n, t, m))
+    return tuple(out)
+
+
 def _param(md: Metadata, tup: list[str], llvm_types: list[str], kernel: str) -> Param:
     pos = _int(tup[0]) if tup else None
     if pos is None or not 0 <= pos < len(llvm_types):
@@ -189,6 +216,9 @@ def _param(md: Metadata, tup: list[str], llvm_types: list[str], kernel: str) -> 
         if loc is None or space is None:
             raise AirError(f"{what} ({name}): air.buffer without a location index or address space")
         access = next((s[4:] for s in strings if s in ("air.read", "air.read_write", "air.write")), "")
+        fields: tuple[Field, ...] = ()
+        if "air.struct_type_info" in keys:
+            fields = _fields(md.node(tup[keys["air.struct_type_info"] + 1], what), what)
         return Param(
             position=pos,
             kind="threadgroup" if space == 3 else "buffer",
@@ -201,6 +231,7 @@ def _param(md: Metadata, tup: list[str], llvm_types: list[str], kernel: str) -> 
             access=access,
             unused=unused,
             predicate=predicate,
+            fields=fields,
         )
     for s in strings[1:]:
         if s and s.startswith("air.") and s[4:] in POSITIONS:
