@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import threading
 from collections.abc import Mapping
@@ -46,6 +47,19 @@ def _run(args: list[str], what: str, stdin: bytes | None = None) -> subprocess.C
         err = done.stderr.decode(errors="replace").strip()
         raise ToolError(f"{what} failed ({os.path.basename(args[0])}, exit {done.returncode}):\n{err[-4000:]}")
     return done
+
+
+def symbolize(so: Path, offset: int) -> str | None:
+    """`kernel.air.ll:LINE` for a code offset (a return address) in a built kernel object."""
+    found = tool_beside_clang("llvm-symbolizer")
+    if not found or offset <= 0:
+        return None
+    res = subprocess.run([found, f"--obj={so}", hex(offset - 1)], capture_output=True, text=True, check=False)
+    for line in res.stdout.split("\n"):
+        m = re.match(r"(.*\.ll):(\d+)", line.strip())
+        if m:
+            return f"{os.path.basename(m.group(1))}:{m.group(2)}"
+    return None
 
 
 def disassemble(bitcode: bytes, what: str) -> str:
@@ -84,7 +98,7 @@ def build(ll: str, kernel: Kernel, constants: Mapping[str, ConstantValue], bitco
             cache.discard(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         cache.store(air_ll, ll.encode(), key)
-        x86 = retarget(ll, kernel, constants, air_ll.name)
+        x86 = retarget(ll, kernel, constants, air_ll.name, str(workdir))
         cache.store(workdir / "kernel.x86.ll", x86.encode(), key)
         obj, tmp, opt_bc = (cache.temporary(workdir / n) for n in ("kernel.o", "kernel.so", "kernel.opt.bc"))
         try:

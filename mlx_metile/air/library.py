@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..emu.kernel import BufferArg, DispatchStats, _load_runtime
+from ..emu.kernel import FAULT_KINDS, BufferArg, DispatchStats, KernelFault, _load_runtime
 from ..emu.kernel import Kernel as _EmulatedKernel
-from .build import build, disassemble
+from .build import build, disassemble, symbolize
 from .errors import AirError
 from .metallib import Metallib, unwrap_bitcode
 from .module import Kernel, Param, kernels
@@ -103,6 +103,19 @@ class Function(_EmulatedKernel):
                 raise ValueError(f"{self.name}: member {f.name} of type {f.type} ({f.size} bytes) cannot be packed")
             struct.pack_into("<" + code, out, f.offset, values[f.name])
         return bytes(out)
+
+    def _raise(self, r) -> None:
+        """The emulator's fault as its exception, located in the AIR disassembly."""
+        kind = FAULT_KINDS.get(r.fault_kind, "fault")
+        message = r.message.decode(errors="replace")
+        location = None
+        if r.fault_line > 0:
+            location = f"{os.path.basename(r.fault_file.decode())}:{r.fault_line}"
+        elif r.fault_pc_offset:
+            location = symbolize(self.path, r.fault_pc_offset)
+        if kind == "launch":
+            raise ValueError(f"{self.name}: {message}")
+        raise KernelFault(kind, location, f"{self.name}: {message}")
 
     def _check_size(self, tg: tuple[int, int, int]) -> None:
         limit = self.kernel.max_threads

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 
 from . import intrinsics
 from .errors import AirError
+from .lines import add_line_table
 from .module import Kernel, Param, declarations
 
 X86_TRIPLE = "x86_64-unknown-linux-gnu"
@@ -182,8 +183,11 @@ def _position(p: Param, v: str) -> list[str]:
     return out
 
 
-def retarget(ll: str, kernel: Kernel, constants: Mapping[str, ConstantValue], source_name: str) -> str:
-    """The x86-64 module running `kernel` of the AIR module `ll` with `constants` set."""
+def retarget(
+    ll: str, kernel: Kernel, constants: Mapping[str, ConstantValue], source_name: str, source_dir: str = "."
+) -> str:
+    """The x86-64 module running `kernel` of the AIR module `ll` with `constants` set; its line
+    table points into `source_dir/source_name` (where the build keeps `ll`)."""
     decls = declarations(ll)
     air = {n: d for n, d in decls.items() if n.startswith("air.")}
     file_sym = "@metile.air.file"
@@ -204,6 +208,7 @@ def retarget(ll: str, kernel: Kernel, constants: Mapping[str, ConstantValue], so
     lines = ll.split("\n")
     _set_constants(lines, kernel, constants)
     _site_calls(lines, {n for n in defined if intrinsics.takes_site(n)})
+    add_line_table(lines, source_name, source_dir)
     kept = []
     for line in lines:
         if line.startswith("target triple"):

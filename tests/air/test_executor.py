@@ -77,6 +77,9 @@ def test_out_of_bounds_read_is_a_fault(lib):
     ) as e:
         fn.dispatch_threadgroups(1, 64, [np.zeros(64, np.float32), np.zeros(64, np.float32)])
     assert e.value.kind == "out_of_bounds"
+    # located by the line table the build gives the disassembly
+    line = int(e.value.location.split(":")[1])
+    assert "load volatile float" in fn.source.read_text().split("\n")[line - 1]
 
 
 def test_divergent_barrier_names_the_line_of_the_disassembly(lib):
