@@ -150,3 +150,81 @@ def assemble(body: str = PROBE) -> bytes:
     if done.returncode != 0:
         raise RuntimeError(f"llvm-as-14 rejected the test module:\n{done.stderr.decode()}")
     return done.stdout
+
+
+# `math`: per thread i, eight results of x[i] through AIR's pure intrinsics (conversions, integer
+# clamp, float math), and the SIMD group's maximum of int(x).
+MATH = r"""
+define void @math(float addrspace(1)* noundef %x, float addrspace(1)* noundef %y, i32 noundef %i) #0 {
+  %i64 = zext i32 %i to i64
+  %px = getelementptr inbounds float, float addrspace(1)* %x, i64 %i64
+  %v = load float, float addrspace(1)* %px, align 4
+  %r0 = call float @air.fast_exp.f32(float %v)
+  %a = call float @air.fabs.f32(float %v)
+  %a1 = fadd float %a, 1.0
+  %r1 = call float @air.rsqrt.f32(float %a1)
+  %r2 = call float @air.fma.f32(float %v, float %v, float 1.0)
+  %r3 = call float @air.fmax.f32(float %v, float 0.0)
+  %k = fmul float %v, 1000.0
+  %ki = call i32 @air.convert.s.i32.f.f32(float %k)
+  %r4 = call float @air.convert.f.f32.s.i32(i32 %ki)
+  %h = call half @air.convert.f.f16.f.f32(float %v)
+  %r5 = call float @air.convert.f.f32.f.f16(half %h)
+  %t = fmul float %v, 10.0
+  %ti = call i32 @air.convert.s.i32.f.f32(float %t)
+  %c = call i32 @air.clamp.s.i32(i32 %ti, i32 -3, i32 3)
+  %mx = call i32 @air.simd_max.s.i32(i32 %c)
+  %cm = add i32 %c, %mx
+  %r6 = call float @air.convert.f.f32.s.i32(i32 %cm)
+  %r7 = call float @air.tanh.f32(float %v)
+  %o = mul i64 %i64, 8
+  %p0 = getelementptr inbounds float, float addrspace(1)* %y, i64 %o
+  store float %r0, float addrspace(1)* %p0, align 4
+  %o1 = add i64 %o, 1
+  %p1 = getelementptr inbounds float, float addrspace(1)* %y, i64 %o1
+  store float %r1, float addrspace(1)* %p1, align 4
+  %o2 = add i64 %o, 2
+  %p2 = getelementptr inbounds float, float addrspace(1)* %y, i64 %o2
+  store float %r2, float addrspace(1)* %p2, align 4
+  %o3 = add i64 %o, 3
+  %p3 = getelementptr inbounds float, float addrspace(1)* %y, i64 %o3
+  store float %r3, float addrspace(1)* %p3, align 4
+  %o4 = add i64 %o, 4
+  %p4 = getelementptr inbounds float, float addrspace(1)* %y, i64 %o4
+  store float %r4, float addrspace(1)* %p4, align 4
+  %o5 = add i64 %o, 5
+  %p5 = getelementptr inbounds float, float addrspace(1)* %y, i64 %o5
+  store float %r5, float addrspace(1)* %p5, align 4
+  %o6 = add i64 %o, 6
+  %p6 = getelementptr inbounds float, float addrspace(1)* %y, i64 %o6
+  store float %r6, float addrspace(1)* %p6, align 4
+  %o7 = add i64 %o, 7
+  %p7 = getelementptr inbounds float, float addrspace(1)* %y, i64 %o7
+  store float %r7, float addrspace(1)* %p7, align 4
+  ret void
+}
+
+declare float @air.fast_exp.f32(float) #1
+declare float @air.fabs.f32(float) #1
+declare float @air.rsqrt.f32(float) #1
+declare float @air.fma.f32(float, float, float) #1
+declare float @air.fmax.f32(float, float) #1
+declare i32 @air.convert.s.i32.f.f32(float) #1
+declare float @air.convert.f.f32.s.i32(i32) #1
+declare half @air.convert.f.f16.f.f32(float) #1
+declare float @air.convert.f.f32.f.f16(half) #1
+declare i32 @air.clamp.s.i32(i32, i32, i32) #1
+declare i32 @air.simd_max.s.i32(i32) #1
+declare float @air.tanh.f32(float) #1
+
+attributes #0 = { convergent nounwind }
+attributes #1 = { nounwind }
+
+!air.kernel = !{!0}
+!0 = !{void (float addrspace(1)*, float addrspace(1)*, i32)* @math, !1, !2}
+!1 = !{}
+!2 = !{!3, !4, !5}
+!3 = !{i32 0, !"air.buffer", !"air.location_index", i32 0, i32 1, !"air.read", !"air.address_space", i32 1, !"air.arg_type_size", i32 4, !"air.arg_type_align_size", i32 4, !"air.arg_type_name", !"float", !"air.arg_name", !"x"}
+!4 = !{i32 1, !"air.buffer", !"air.location_index", i32 1, i32 1, !"air.read_write", !"air.address_space", i32 1, !"air.arg_type_size", i32 4, !"air.arg_type_align_size", i32 4, !"air.arg_type_name", !"float", !"air.arg_name", !"y"}
+!5 = !{i32 2, !"air.thread_position_in_grid", !"air.arg_type_name", !"uint", !"air.arg_name", !"i"}
+"""

@@ -12,9 +12,10 @@ import pytest
 
 from mlx_metile.air import AirError, Library, Metallib
 from mlx_metile.air.build import build
+from mlx_metile.air.retarget import _constant_literal
 from mlx_metile.emu import KernelFault
 
-from .own_air import assemble
+from .own_air import MATH, assemble
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +140,52 @@ def test_objects_are_cached_under_the_settings_cache_root(env, tmp_path, bitcode
     y = np.zeros(192, np.float32)
     rebuilt.dispatch_threadgroups(1, 64, [x, y, np.uint32(64)])
     assert y[1] == 5.0 * 32
+
+
+def test_pure_intrinsics_match_numpy():
+    fn = Library.of_modules([assemble(MATH)]).function("math")
+    x = np.random.default_rng(2).standard_normal(64).astype(np.float32) * 2
+    x[5], x[6] = 3e9, -3e9  # int conversions saturate, as the GPU's do
+    y = np.zeros(8 * 64, np.float32)
+    with np.errstate(over="ignore"):
+        fn.dispatch_threads(64, 32, [x, y])
+        got = y.reshape(64, 8).astype(np.float64)
+        xd = x.astype(np.float64)
+        ulp = np.spacing(np.abs(got).astype(np.float32)).astype(np.float64)
+        # libm's expf / tanhf and 1/sqrtf (two roundings): within 2 ulp of the float64 value
+        for col, ref in ((0, np.exp(xd)), (1, 1 / np.sqrt(np.abs(xd) + 1)), (7, np.tanh(xd))):
+            finite = np.isfinite(ref)
+            assert np.all(np.abs(got[finite, col] - ref[finite]) <= 2 * ulp[finite, col]), col
+    # fma is one rounding of the exact x*x+1 (exact in float64 here); fmax and conversions are exact
+    np.testing.assert_array_equal(got[:, 2], (xd * xd + 1).astype(np.float32))
+    np.testing.assert_array_equal(got[:, 3], np.maximum(x, 0))
+    k = np.clip(np.trunc((x * np.float32(1000)).astype(np.float64)), -(2**31), 2**31 - 1)
+    np.testing.assert_array_equal(got[:, 4], k.astype(np.float32))
+    with np.errstate(over="ignore"):  # 3e9 is inf in half, on both sides
+        np.testing.assert_array_equal(got[:, 5], x.astype(np.float16).astype(np.float32))
+    c = np.clip(np.clip(np.trunc((x * np.float32(10)).astype(np.float64)), -(2**31), 2**31 - 1), -3, 3)
+    simd_max = np.repeat(c.reshape(2, 32).max(1), 32)
+    np.testing.assert_array_equal(got[:, 6], c + simd_max)
+
+
+@pytest.mark.parametrize(
+    "ctype, llvm, value, literal",
+    [
+        ("bool", "i8", True, "1"),
+        ("int", "i32", -5, "-5"),
+        ("uint", "i32", 2**32 - 1, "-1"),
+        ("short", "i16", 300, "300"),
+        ("float", "float", 0.1, "0x3FB99999A0000000"),  # 0.1 rounded to float, written as a double
+        ("half", "half", 1.0, "0xH3C00"),
+        ("bfloat", "bfloat", 1.0, "0xR3F80"),
+    ],
+)
+def test_function_constant_literals(ctype, llvm, value, literal):
+    assert _constant_literal(ctype, llvm, value, "c") == literal
+
+
+def test_function_constant_range_is_checked():
+    with pytest.raises(AirError, match=r"must be in \[-32768, 32767\], got 40000"):
+        _constant_literal("short", "i16", 40000, "c")
+    with pytest.raises(AirError, match="is a bool; got 2"):
+        _constant_literal("bool", "i8", 2, "c")
