@@ -24,7 +24,7 @@ from ..emu.kernel import FAULT_KINDS, BufferArg, DispatchStats, KernelFault, _lo
 from ..emu.kernel import Kernel as _EmulatedKernel
 from .build import build, disassemble, symbolize
 from .errors import AirError
-from .metallib import Metallib, unwrap_bitcode
+from .metallib import Metallib
 from .module import Kernel, Param, kernels
 from .retarget import ConstantValue, resolve_constants
 
@@ -51,9 +51,12 @@ class _Required:
 class Function(_EmulatedKernel):
     """One AIR kernel with its function constants set, compiled for the CPU.
 
-    `dispatch_threadgroups(grid, threadgroup, buffers, threadgroup_memory)` and
-    `dispatch_threads(...)` behave as the emulator's: numpy buffers are read and written in place,
-    Python scalars are packed to the parameter's type, bytes are passed as they are."""
+    It is the emulator's `Kernel` with another build: its launcher (argument packing, the runtime
+    call, fault reporting) reads `translation.params` / `translation.buffer(i)`, which `_Binding`
+    provides from the AIR metadata. `dispatch_threadgroups(grid, threadgroup, buffers,
+    threadgroup_memory)` and `dispatch_threads(...)` behave as the emulator's: numpy buffers are
+    read and written in place, Python scalars are packed to the parameter's type, bytes are passed
+    as they are."""
 
     def __init__(self, ll: str, kernel: Kernel, constants: Mapping[str, ConstantValue], digest: str):
         self.name = kernel.name
@@ -208,8 +211,7 @@ class Library:
         if name not in self._bitcode:
             raise KeyError(f"no function {name!r} in this library ({len(self._bitcode)} functions)")
         if name not in self._ll:
-            bc = self._bitcode[name]
-            self._ll[name] = disassemble(unwrap_bitcode(bc, name) if bc[:4] != b"BC\xc0\xde" else bc, name)
+            self._ll[name] = disassemble(self._bitcode[name], name)  # llvm-dis reads the wrapper too
         return self._ll[name]
 
     def kernel(self, name: str) -> Kernel:
