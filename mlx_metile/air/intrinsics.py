@@ -93,12 +93,26 @@ def takes_site(name: str) -> bool:
     """Whether the retargeting pass passes the call site to this intrinsic."""
     return bool(
         re.match(r"air\.simd_(" + "|".join(OPS) + r")\.", name)
+        or re.match(r"air\.quad_(" + "|".join(_QUAD_OPS) + r")\.", name)
+        or name.startswith("air.is_uniform.")
         or name in ("air.wg.barrier", "air.simdgroup.barrier", "air.simd_any", "air.simd_all")
         or name.startswith("air.simdgroup_matrix_8x8_multiply_accumulate.")
     )
 
 
 # -------------------------------------------------------------- collectives --
+# quad-group reductions: two xor shuffles inside the SIMD group (lanes l^1, then l^2)
+_QUAD_OPS = {
+    "sum": ("fadd", "add"),
+    "product": ("fmul", "mul"),
+    "max": ("maxnum", "max"),
+    "min": ("minnum", "min"),
+    "and": (None, "and"),
+    "or": (None, "or"),
+    "xor": (None, "xor"),
+}
+
+
 def _collective(sig: Signature, op: str, sign: str, file_sym: str) -> str:
     vtype = sig.ret
     elem, width = _scalar(vtype)
@@ -145,6 +159,48 @@ def _collective_bool(sig: Signature, op: str, file_sym: str) -> str:
         f"  %t = icmp ne i8 %r, 0\n"
         f"  ret i1 %t\n}}\n"
     )
+
+
+def _quad(sig: Signature, op: str, sign: str, file_sym: str) -> str:
+    vtype = sig.ret
+    is_float = _scalar(vtype)[0] in ("float", "half", "bfloat")
+    fop, iop = _QUAD_OPS[op]
+    if (fop if is_float else iop) is None:
+        raise AirError(f"{sig.name}: quad_{op} of {vtype} is not defined")
+    shuffle = Signature(f"{sig.name}.shuffle", vtype, (vtype, "i16"))
+    lines = [f"define internal {vtype} @{sig.name}(i32 %site, {vtype} %v) alwaysinline {{"]
+    decls = []
+    cur = "%v"
+    for k, mask in enumerate((1, 2)):
+        lines.append(f"  %s{k} = call {vtype} @{shuffle.name}(i32 %site, {vtype} {cur}, i16 {mask})")
+        if op in ("max", "min"):
+            intr = f"llvm.{fop}.{_suffix(vtype)}" if is_float else f"llvm.{sign}{iop}.{_suffix(vtype)}"
+            lines.append(f"  %r{k} = call {vtype} @{intr}({vtype} {cur}, {vtype} %s{k})")
+            decls.append(f"declare {vtype} @{intr}({vtype}, {vtype})")
+        else:
+            lines.append(f"  %r{k} = {fop if is_float else iop} {vtype} {cur}, %s{k}")
+        cur = f"%r{k}"
+    lines.append(f"  ret {vtype} {cur}\n}}\n")
+    body = _collective(shuffle, "shuffle_xor", sign, file_sym)
+    return body + "\n".join(lines) + "".join(d + "\n" for d in dict.fromkeys(decls))
+
+
+def _is_uniform(sig: Signature, file_sym: str) -> str:
+    """Whether every active lane holds the same value: its SIMD-group minimum equals its maximum."""
+    t = sig.args[0]
+    wide = "i8" if t == "i1" else t
+    lo = Signature(f"{sig.name}.min", wide, (wide,))
+    hi = Signature(f"{sig.name}.max", wide, (wide,))
+    ext = "  %w = zext i1 %v to i8\n" if t == "i1" else ""
+    val = "%w" if t == "i1" else "%v"
+    cmp = "fcmp oeq" if wide in ("float", "half", "bfloat") else "icmp eq"
+    body = (
+        f"define internal i1 @{sig.name}(i32 %site, {t} %v) alwaysinline {{\n{ext}"
+        f"  %lo = call {wide} @{lo.name}(i32 %site, {wide} {val})\n"
+        f"  %hi = call {wide} @{hi.name}(i32 %site, {wide} {val})\n"
+        f"  %r = {cmp} {wide} %lo, %hi\n  ret i1 %r\n}}\n"
+    )
+    return _collective(lo, "min", "u", file_sym) + _collective(hi, "max", "u", file_sym) + body
 
 
 def _barrier(sig: Signature, file_sym: str) -> str:
@@ -367,4 +423,9 @@ def define(sig: Signature, file_sym: str) -> str | None:
     m = re.fullmatch(r"air\.simd_(\w+?)\.(?:([su])\.)?(v\d+)?(f32|f16|bf16|i\d+)", name)
     if m and m.group(1) in OPS:
         return _collective(sig, m.group(1), m.group(2) or "s", file_sym)
+    m = re.fullmatch(r"air\.quad_(\w+?)\.(?:([su])\.)?(f32|f16|bf16|i\d+)", name)
+    if m and m.group(1) in _QUAD_OPS and len(sig.args) == 1:
+        return _quad(sig, m.group(1), m.group(2) or "s", file_sym)
+    if re.fullmatch(r"air\.is_uniform\.(i1|i8|i16|i32|f32)", name) and len(sig.args) == 1 and sig.ret == "i1":
+        return _is_uniform(sig, file_sym)
     return _pure(sig)

@@ -23,6 +23,9 @@ POSITIONS = (
     "threads_per_simdgroup",
     "simdgroups_per_threadgroup",
     "thread_execution_width",
+    "quadgroup_index_in_threadgroup",
+    "thread_index_in_quadgroup",
+    "quadgroups_per_threadgroup",
 )
 
 
@@ -173,18 +176,19 @@ def _param_type(text: str, kernel: str, i: int) -> str:
 
 
 def _fields(info: list[str], what: str) -> tuple[Field, ...]:
-    """air.struct_type_info: (offset, size, array count, type name, member name) per member."""
-    if len(info) % 5:
-        raise AirError(f"{what}: air.struct_type_info has {len(info)} elements, not groups of 5")
-    out = []
-    for i in range(0, len(info), 5):
-        off, size, _, tname, name = info[i : i + 5]
-        o, n, t, m = _int(off), _int(size), _string(tname), _string(name)
-        if o is None or n is None or t is None or m is None:
-            raise AirError(
-                f"{what}: air.struct_type_info member {info[i : i + 5]!r} is not (offset, size, n, type, name)"
-            )
+    """air.struct_type_info: (offset, size, array count, type name, member name) per member, a
+    struct member's own layout (!"air.struct_type_info", !N) before it."""
+    out, i = [], 0
+    while i < len(info):
+        if _string(info[i]) == "air.struct_type_info":
+            i += 2
+        group = info[i : i + 5]
+        if len(group) == 5:
+            o, n, t, m = _int(group[0]), _int(group[1]), _string(group[3]), _string(group[4])
+        if len(group) != 5 or o is None or n is None or t is None or m is None:
+            raise AirError(f"{what}: air.struct_type_info member {group!r} is not (offset, size, n, type, name)")
         out.append(Field(o, n, t, m))
+        i += 5
     return tuple(out)
 
 

@@ -153,7 +153,35 @@ def _entry(kernel: Kernel, kernel_symbol: str) -> str:
     return "\n".join(out) + "\n"
 
 
+# quad-groups are 4 consecutive threads of a threadgroup: derived from the thread's index
+_QUAD = {
+    "quadgroup_index_in_threadgroup": "udiv",
+    "thread_index_in_quadgroup": "urem",
+    "quadgroups_per_threadgroup": "count",
+}
+
+
+def _quad(p: Param, v: str) -> list[str]:
+    if p.llvm_type not in ("i32", "i16"):
+        raise AirError(f"parameter {p.name!r} ({p.attribute}) has type {p.llvm_type}, which Metal does not give it")
+    op = _QUAD[p.attribute]
+    out = []
+    if op == "count":  # the threadgroup's threads / 4, rounded up
+        for a in range(3):
+            out.append(f"  {v}.n{a}.p = getelementptr %metile.ctx, ptr %c, i32 0, i32 5, i32 {a}")
+            out.append(f"  {v}.n{a} = load i32, ptr {v}.n{a}.p")
+        out.append(f"  {v}.xy = mul i32 {v}.n0, {v}.n1\n  {v}.t = mul i32 {v}.xy, {v}.n2")
+        out.append(f"  {v}.t3 = add i32 {v}.t, 3\n  {v}.r = udiv i32 {v}.t3, 4")
+    else:
+        out.append(f"  {v}.p = getelementptr %metile.ctx, ptr %c, i32 0, i32 8\n  {v}.i = load i32, ptr {v}.p")
+        out.append(f"  {v}.r = {op} i32 {v}.i, 4")
+    out.append(f"  {v} = trunc i32 {v}.r to i16" if p.llvm_type == "i16" else f"  {v} = add i32 {v}.r, 0")
+    return out
+
+
 def _position(p: Param, v: str) -> list[str]:
+    if p.attribute in _QUAD:
+        return _quad(p, v)
     field = _CTX_FIELD[p.attribute]
     m = re.fullmatch(r"<(\d+) x i(\d+)>|i(\d+)", p.llvm_type)
     if not m:

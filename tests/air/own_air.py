@@ -153,7 +153,7 @@ def assemble(body: str = PROBE) -> bytes:
 
 
 # `math`: per thread i, eight results of x[i] through AIR's pure intrinsics (conversions, integer
-# clamp, float math), and the SIMD group's maximum of int(x).
+# clamp, float math), the SIMD group's maximum of int(x) and whether values are uniform in it.
 MATH = r"""
 define void @math(float addrspace(1)* noundef %x, float addrspace(1)* noundef %y, i32 noundef %i) #0 {
   %i64 = zext i32 %i to i64
@@ -174,7 +174,15 @@ define void @math(float addrspace(1)* noundef %x, float addrspace(1)* noundef %y
   %ti = call i32 @air.convert.s.i32.f.f32(float %t)
   %c = call i32 @air.clamp.s.i32(i32 %ti, i32 -3, i32 3)
   %mx = call i32 @air.simd_max.s.i32(i32 %c)
-  %cm = add i32 %c, %mx
+  %u = call i1 @air.is_uniform.i32(i32 %mx)
+  %u2 = call i1 @air.is_uniform.i32(i32 %c)
+  %uw = zext i1 %u to i32
+  %uw2 = zext i1 %u2 to i32
+  %us = mul i32 %uw, 100
+  %us2 = mul i32 %uw2, 1000
+  %ua = add i32 %us, %us2
+  %cm0 = add i32 %c, %mx
+  %cm = add i32 %cm0, %ua
   %r6 = call float @air.convert.f.f32.s.i32(i32 %cm)
   %r7 = call float @air.tanh.f32(float %v)
   %o = mul i64 %i64, 8
@@ -215,6 +223,7 @@ declare half @air.convert.f.f16.f.f32(float) #1
 declare float @air.convert.f.f32.f.f16(half) #1
 declare i32 @air.clamp.s.i32(i32, i32, i32) #1
 declare i32 @air.simd_max.s.i32(i32) #1
+declare i1 @air.is_uniform.i32(i32) #1
 declare float @air.tanh.f32(float) #1
 
 attributes #0 = { convergent nounwind }

@@ -58,18 +58,24 @@ def _qmv_bound(x: np.ndarray, q, s, b, exact, dtype) -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    "dtype, fast, n, k",
+    "dtype, variant, n, k",
     [
-        (mx.float32, True, 64, 1024),
-        (mx.float16, True, 64, 1024),
-        (mx.bfloat16, True, 64, 1024),
-        (mx.float16, False, 60, 320),  # N % 8 and K % 512: the plain qmv
+        (mx.float32, "fast", 64, 1024),
+        (mx.float16, "fast", 64, 1024),
+        (mx.bfloat16, "fast", 64, 1024),
+        (mx.float16, "plain", 60, 320),  # N % 8 and K % 512: the plain qmv
+        (mx.float16, "quad", 128, 128),  # K of 64 or 128: qmv_quad (quad-group sums)
     ],
-    ids=["f32-fast", "f16-fast", "bf16-fast", "f16-ragged"],
+    ids=["f32-fast", "f16-fast", "bf16-fast", "f16-ragged", "f16-quad"],
 )
-def test_affine_qmv_4bit_group64(mlx_library, dtype, fast, n, k):
+def test_affine_qmv_4bit_group64(mlx_library, dtype, variant, n, k):
     m = 3  # rows of x: qmv's grid.x (qmv_wide takes M >= 2 only on gen-15+ devices)
-    name = f"affine_qmv{'_fast' if fast else ''}_{TYPE_STRING[dtype]}_gs_64_b_4_batch_0_pr_0_hgs_0_r_4"
+    t = TYPE_STRING[dtype]
+    if variant == "quad":
+        name, bn, threadgroup = f"affine_qmv_quad_{t}_gs_64_b_4_d_{k}_batch_0", 64, (32, 1, 1)  # 8 quads x 8 results
+    else:
+        fast = "_fast" if variant == "fast" else ""
+        name, bn, threadgroup = f"affine_qmv{fast}_{t}_gs_64_b_4_batch_0_pr_0_hgs_0_r_4", 8, (32, 2, 1)  # 2 x 4 results
     fn = mlx_library.function(name)
     assert buffer_names(fn)[:7] == [
         (0, "w"),
@@ -83,10 +89,9 @@ def test_affine_qmv_4bit_group64(mlx_library, dtype, fast, n, k):
     wq, scales, biases, q, s, b = _quantized(n, k, dtype, seed=1)
     x = rand((m, k), dtype, seed=2)
     y = empty((m, n), dtype)
-    bn = 8  # 2 simdgroups x 4 results
     fn.dispatch_threadgroups(
         grid=(m, (n + bn - 1) // bn, 1),
-        threadgroup=(32, 2, 1),
+        threadgroup=threadgroup,
         buffers=[host(wq), host(scales), host(biases), host(x), y, np.int32(k), np.int32(n)],
     )
     got = value(y, dtype)
