@@ -379,6 +379,22 @@ def _pure(sig: Signature) -> str | None:
         return _def(sig, f"  %r = call {t} @llvm.abs.{_suffix(t)}({t} %a0, i1 false)\n  ret {t} %r\n") + (
             f"declare {t} @llvm.abs.{_suffix(t)}({t}, i1)\n"
         )
+    m = re.fullmatch(r"air\.dot\.v(\d+)(f32|f16)", name)
+    if m and len(sig.args) == 2:  # products summed left to right, each rounded
+        t, n = sig.args[0], int(m.group(1))
+        lines = []
+        for i in range(n):
+            lines.append(f"  %a{i}.e = extractelement {t} %a0, i64 {i}\n  %b{i}.e = extractelement {t} %a1, i64 {i}")
+            lines.append(f"  %p{i} = fmul {sig.ret} %a{i}.e, %b{i}.e")
+        acc = "%p0"
+        for i in range(1, n):
+            lines.append(f"  %s{i} = fadd {sig.ret} {acc}, %p{i}")
+            acc = f"%s{i}"
+        return _def(sig, "\n".join(lines) + f"\n  ret {sig.ret} {acc}\n")
+    if name == "air.ldexp.f32" and sig.args == ("float", "i32"):
+        return _def(sig, "  %r = call float @ldexpf(float %a0, i32 %a1)\n  ret float %r\n") + (
+            "declare float @ldexpf(float, i32)\n"
+        )
     m = re.fullmatch(r"air\.(?:fast_|precise_)?(\w+?)\.((?:v\d+)?(?:f32|f16|bf16))", name)
     if not m:
         return None

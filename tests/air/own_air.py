@@ -237,3 +237,38 @@ attributes #1 = { nounwind }
 !4 = !{i32 1, !"air.buffer", !"air.location_index", i32 1, i32 1, !"air.read_write", !"air.address_space", i32 1, !"air.arg_type_size", i32 4, !"air.arg_type_align_size", i32 4, !"air.arg_type_name", !"float", !"air.arg_name", !"y"}
 !5 = !{i32 2, !"air.thread_position_in_grid", !"air.arg_type_name", !"uint", !"air.arg_name", !"i"}
 """
+
+
+# `misc`: y[2i] = dot((x, x, 1, 2), (2, 3, 4, 5)), y[2i+1] = ldexp(x, 3)
+MISC = r"""
+define void @misc(float addrspace(1)* noundef %x, float addrspace(1)* noundef %y, i32 noundef %i) #0 {
+  %i64 = zext i32 %i to i64
+  %px = getelementptr inbounds float, float addrspace(1)* %x, i64 %i64
+  %v = load float, float addrspace(1)* %px, align 4
+  %a0 = insertelement <4 x float> <float 0.0, float 0.0, float 1.0, float 2.0>, float %v, i64 0
+  %a = insertelement <4 x float> %a0, float %v, i64 1
+  %d = call float @air.dot.v4f32(<4 x float> %a, <4 x float> <float 2.0, float 3.0, float 4.0, float 5.0>)
+  %l = call float @air.ldexp.f32(float %v, i32 3)
+  %o = mul i64 %i64, 2
+  %p0 = getelementptr inbounds float, float addrspace(1)* %y, i64 %o
+  store float %d, float addrspace(1)* %p0, align 4
+  %o1 = add i64 %o, 1
+  %p1 = getelementptr inbounds float, float addrspace(1)* %y, i64 %o1
+  store float %l, float addrspace(1)* %p1, align 4
+  ret void
+}
+
+declare float @air.dot.v4f32(<4 x float>, <4 x float>) #1
+declare float @air.ldexp.f32(float, i32) #1
+
+attributes #0 = { convergent nounwind }
+attributes #1 = { nounwind }
+
+!air.kernel = !{!0}
+!0 = !{void (float addrspace(1)*, float addrspace(1)*, i32)* @misc, !1, !2}
+!1 = !{}
+!2 = !{!3, !4, !5}
+!3 = !{i32 0, !"air.buffer", !"air.location_index", i32 0, i32 1, !"air.read", !"air.address_space", i32 1, !"air.arg_type_size", i32 4, !"air.arg_type_align_size", i32 4, !"air.arg_type_name", !"float", !"air.arg_name", !"x"}
+!4 = !{i32 1, !"air.buffer", !"air.location_index", i32 1, i32 1, !"air.read_write", !"air.address_space", i32 1, !"air.arg_type_size", i32 4, !"air.arg_type_align_size", i32 4, !"air.arg_type_name", !"float", !"air.arg_name", !"y"}
+!5 = !{i32 2, !"air.thread_position_in_grid", !"air.arg_type_name", !"uint", !"air.arg_name", !"i"}
+"""

@@ -15,7 +15,7 @@ from mlx_metile.air.build import build
 from mlx_metile.air.retarget import _constant_literal
 from mlx_metile.emu import KernelFault
 
-from .own_air import MATH, assemble
+from .own_air import MATH, MISC, assemble
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +167,17 @@ def test_pure_intrinsics_match_numpy():
     simd_max = np.repeat(c.reshape(2, 32).max(1), 32)
     uniform = np.repeat([np.all(g == g[0]) for g in c.reshape(2, 32)], 32)
     np.testing.assert_array_equal(got[:, 6], c + simd_max + 100 + 1000 * uniform)
+
+
+def test_dot_and_ldexp():
+    fn = Library.of_modules([assemble(MISC)]).function("misc")
+    x = np.random.default_rng(3).standard_normal(32).astype(np.float32)
+    y = np.zeros(64, np.float32)
+    fn.dispatch_threads(32, 32, [x, y])
+    f = np.float32
+    dot = ((x * f(2) + x * f(3)).astype(f) + f(4)).astype(f) + f(10)  # left to right, rounded in float32
+    np.testing.assert_array_equal(y[0::2], dot.astype(f))
+    np.testing.assert_array_equal(y[1::2], x * f(8))
 
 
 @pytest.mark.parametrize(
