@@ -29,7 +29,9 @@ from .module import Kernel, Param, declarations
 
 X86_TRIPLE = "x86_64-unknown-linux-gnu"
 X86_DATALAYOUT = "e-m:e-p270:32:32-p271:32:32-p272:64:64-i64:64-i128:128-f80:128-n8:16:32:64-S128"
-EMU_ABI_VERSION = 1  # emu_abi.h METILE_EMU_ABI_VERSION
+# the emu_abi.h version whose metile_thread_ctx layout _CTX_TYPE spells out: a runtime of another
+# version refuses these objects ("built for another emulator ABI") rather than misreading them
+EMU_ABI_VERSION = 1
 
 # metile_thread_ctx (emu_abi.h) field numbers
 _CTX_TYPE = "{ ptr, ptr, [3 x i32], [3 x i32], [3 x i32], [3 x i32], [3 x i32], [3 x i32], i32, i32, i32, i32, i32 }"
