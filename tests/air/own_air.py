@@ -8,7 +8,7 @@ compiled from MSL. Kernels:
   thread_position_in_threadgroup and thread_index_in_simdgroup;
 - `oob`: reads x[lid + 100] (past a 64-float buffer);
 - `divergent`: thread 3 returns before a barrier the others wait at;
-- `needs_tanh`: calls an intrinsic the executor does not define (air.unknown_op.f32).
+- `needs_unknown`: calls an intrinsic the executor does not define (air.unknown_op.f32).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ out:
   ret void
 }
 
-define void @needs_tanh(float addrspace(1)* noundef %y, i32 noundef %lid) #0 {
+define void @needs_unknown(float addrspace(1)* noundef %y, i32 noundef %lid) #0 {
   %l64 = zext i32 %lid to i64
   %py = getelementptr inbounds float, float addrspace(1)* %y, i64 %l64
   %v = load float, float addrspace(1)* %py, align 4
@@ -128,7 +128,7 @@ attributes #1 = { convergent nounwind }
 !21 = !{!22, !23}
 !22 = !{i32 0, !"air.buffer", !"air.location_index", i32 0, i32 1, !"air.read_write", !"air.address_space", i32 1, !"air.arg_type_size", i32 4, !"air.arg_type_align_size", i32 4, !"air.arg_type_name", !"float", !"air.arg_name", !"y"}
 !23 = !{i32 1, !"air.thread_position_in_threadgroup", !"air.arg_type_name", !"uint", !"air.arg_name", !"lid"}
-!30 = !{void (float addrspace(1)*, i32)* @needs_tanh, !1, !21}
+!30 = !{void (float addrspace(1)*, i32)* @needs_unknown, !1, !21}
 !40 = !{float addrspace(2)* @scale, !"float", !"scale", i32 3, i1 true}
 !41 = !{i32 2, i32 6, i32 0}
 !42 = !{!"Metal", i32 3, i32 1, i32 0}

@@ -27,7 +27,7 @@ def bitcode() -> bytes:
 def lib(bitcode) -> Library:
     # through a metallib's bytes, as an artifact of our own AIR would travel
     return Library.read(
-        Metallib.of_bitcode([(n, bitcode) for n in ("probe", "oob", "divergent", "needs_tanh")]).to_bytes()
+        Metallib.of_bitcode([(n, bitcode) for n in ("probe", "oob", "divergent", "needs_unknown")]).to_bytes()
     )
 
 
@@ -96,7 +96,7 @@ def test_divergent_barrier_names_the_line_of_the_disassembly(lib):
 
 def test_unsupported_intrinsic_is_named(lib):
     with pytest.raises(AirError, match="does not implement: air.unknown_op.f32"):
-        lib.function("needs_tanh", {"scale": 1.0})
+        lib.function("needs_unknown", {"scale": 1.0})
 
 
 def test_launch_checks(lib):
