@@ -99,7 +99,9 @@ def generate(args: argparse.Namespace) -> int:
         print("\n".join(_figures(last)))
 
     report = mt.patch(model, **({"tune": True} if args.tune else {}))
-    print(f"mlx_metile.patch: {len(report.replaced)} replaced, {len(report.declined)} declined in {report.seconds:.1f} s")
+    print(
+        f"mlx_metile.patch: {len(report.replaced)} replaced, {len(report.declined)} declined in {report.seconds:.1f} s"
+    )
     print("\n".join(report_lines(report)))
     if draft is not None:
         draft_report = mt.patch(draft)
