@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from . import floats, interp
 from .errors import InterpretError, RewriteError
 from .floats import Model
-from .g13 import HINT_NONE, Decoded, Dst, Instruction, Src
+from .g13 import HINT_NONE, Decoded, Instruction, Src
 
 F32_EDGES = (
     0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x7FC01234, 0x7FA00000,
