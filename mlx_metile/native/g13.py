@@ -436,3 +436,47 @@ def decode(data: bytes) -> list[Decoded]:
 
 def encode(instructions: list[Decoded]) -> bytes:
     return b"".join(i.encode() for i in instructions)
+
+
+def _operand(token: str, kind: str) -> Src:
+    hint = HINT_NONE
+    if token[:1] in ("$", "^"):
+        hint, token = (HINT_CACHE if token[0] == "$" else HINT_DISCARD), token[1:]
+    abs_ = neg = False
+    while token.endswith((".abs", ".neg")):
+        abs_, neg = abs_ or token.endswith(".abs"), neg or token.endswith(".neg")
+        token = token[:-4]
+    if token[:1] in ("r", "u") and token[1:2].isdigit():
+        return replace(reg(token, hint, abs_, neg), size=reg(token).size)
+    if kind == "alu":
+        if not token.isdigit():
+            raise EncodingError(f"operand {token!r}: a register or an integer immediate")
+        return Src("imm", int(token), 32)
+    try:
+        value = float(token)
+    except ValueError:
+        raise EncodingError(f"operand {token!r}: a register or a float immediate") from None
+    return replace(fimm(value), size=16 if kind == "half" else 32, abs=abs_, neg=neg)
+
+
+def parse(text: str, size: int = 0) -> Instruction:
+    """The instruction of a line of the text syntax (`ffma r4, r3, u8, u6`); size 0: the shortest."""
+    mnemonic, _, rest = text.strip().partition(" ")
+    tokens = [t.strip() for t in rest.split(",") if t.strip()]
+    sat = bool(tokens) and tokens[-1] == "sat"
+    tokens = tokens[:-1] if sat else tokens
+    if not tokens:
+        raise EncodingError(f"{text!r}: no operands")
+    cache = tokens[0].startswith("$")
+    dest = dst(tokens[0].lstrip("$"), cache)
+    if mnemonic == "ldimm":
+        if len(tokens) != 2 or not tokens[1].isdigit():
+            raise EncodingError(f"{text!r}: ldimm takes a register and an unsigned integer")
+        return Instruction("ldimm32" if dest.size == 32 else "ldimm16", dest, (), False, int(tokens[1]), size)
+    form = FORM.get(mnemonic)
+    if form is None or form.imm:
+        raise EncodingError(f"{text!r}: {mnemonic!r} is not in the subset")
+    if len(tokens) - 1 != len(form.srcs):
+        raise EncodingError(f"{text!r}: {mnemonic} takes {len(form.srcs)} sources")
+    srcs = tuple(_operand(t, kind) for t, (kind, _) in zip(tokens[1:], form.srcs))
+    return Instruction(mnemonic, dest, srcs, sat, None, size)
