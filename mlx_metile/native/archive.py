@@ -61,9 +61,15 @@ class Archive:
         if fatfile.Fat.is_fat(data):
             fat = fatfile.Fat.parse(data)
             slices = [(s, s.offset, fat.contents(s), f"slice {k} ({s.name})") for k, s in enumerate(fat.slices)]
-        else:
+        elif data[:4] in (b"\xcf\xfa\xed\xfe", b"\xfe\xed\xfa\xcf"):
             fat = None
             slices = [(None, 0, data, "Mach-O")]
+        else:
+            shown = data[:4].hex() or "nothing"
+            raise ArchiveError(
+                f"bad magic {shown}: neither a fat archive (0xcafebabe, 0xcafebabf, 0xcbfebabe, either byte "
+                "order) nor a 64-bit Mach-O (0xfeedfacf)"
+            )
         out = cls(data, fat)
         for s, base, body, where in slices:
             if s is not None and body[:4] not in (b"\xcf\xfa\xed\xfe", b"\xfe\xed\xfa\xcf"):
@@ -212,12 +218,14 @@ def build(
     magic: int = fatfile.FAT_MAGIC_METAL,
     order: str = "<",
     extra_commands: list[tuple[int, bytes]] = (),
+    gpu_align: int = 14,
 ) -> bytes:
-    """A synthetic archive: an AIR64 slice and an AppleGPU slice holding `compute` objects."""
+    """A synthetic archive: an AIR64 slice and an AppleGPU slice (aligned to 2**gpu_align)
+    holding `compute` objects."""
     return fatfile.build(
         [
             (fatfile.CPU_TYPE_AIR64, 0, air_object(ir, order), 4),
-            (fatfile.CPU_TYPE_APPLE_GPU, 0, gpu_object(compute, order, extra_commands), 14),
+            (fatfile.CPU_TYPE_APPLE_GPU, 0, gpu_object(compute, order, extra_commands), gpu_align),
         ],
         magic,
         order,
