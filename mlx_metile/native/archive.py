@@ -170,6 +170,9 @@ class Archive:
                     f"{c.path}: unknown load command {cmd.cmd:#x} in the object holding the region "
                     "(it could checksum, sign or relocate the code); not patched"
                 )
+        outer = self.objects[r.slice_index]
+        if outer is not None and any(cmd.cmd == macho.LC_CODE_SIGNATURE for cmd in outer.commands):
+            raise ArchiveError(f"{outer.where}: LC_CODE_SIGNATURE covers the compute object; not patched")
         for sec in c.macho.find(TEXT_SECTION):
             if sec.nreloc:
                 raise ArchiveError(f"{c.path}: {sec.nreloc} relocations over {TEXT_SECTION}; not patched")

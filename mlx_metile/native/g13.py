@@ -14,6 +14,7 @@ and no rewrite may cross it. Registers count 16-bit halves: r4 is halves 8 and 9
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from .bits import Ranges, deposit, extract, mask, resolve
@@ -91,7 +92,7 @@ def fimm(value: float) -> Src:
     """The 8-bit float immediate of `value`; EncodingError where it is not exactly representable."""
     for bits in range(256):
         got = minifloat_float(bits)
-        if got == value and (str(got)[0] == "-") == (str(float(value))[0] == "-"):
+        if got == value and math.copysign(1.0, got) == math.copysign(1.0, value):  # -0.0 is not 0.0
             return Src("fimm", bits, 32)
     raise EncodingError(f"{value!r} is not an 8-bit float immediate (sign, 3 exponent, 4 fraction bits)")
 

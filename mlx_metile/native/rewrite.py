@@ -381,14 +381,17 @@ def run(region: list[Decoded], policy: Policy = Policy()) -> Outcome:
         if name not in REWRITES:
             raise RewriteError(f"rewrite {name!r}: not one of {', '.join(REWRITES)}")
     outcome = Outcome(list(region))
+    tried: set[str] = set()  # a candidate refused once stays refused
     for name in policy.rewrites:
         progress = True
         while progress:
             progress = False
             for label, candidate in REWRITES[name](outcome.region, policy.entries):
+                if label in tried:
+                    continue
+                tried.add(label)
                 if isinstance(candidate, str):  # not tried: the policy refuses it before interpreting
-                    if (label, candidate) not in outcome.rejected:
-                        outcome.rejected.append((label, candidate))
+                    outcome.rejected.append((label, candidate))
                     continue
                 verdict = verify(outcome.region, candidate, policy)
                 if verdict.ok:

@@ -163,3 +163,10 @@ def test_fuzzed_archives_are_errors_or_read_back_byte_identical():
         assert a.to_bytes() == m
         a.functions()
     assert 0 < errors < len(mutants)
+
+
+def test_a_signed_gpu_object_is_not_patched():
+    compute = archive.compute_object([("_agc.main", MAIN)])
+    a = Archive.parse(archive.build([compute], gpu_align=4, extra_commands=[(macho.LC_CODE_SIGNATURE, bytes(8))]))
+    with pytest.raises(ArchiveError, match="LC_CODE_SIGNATURE"):
+        a.patch(MAIN)
