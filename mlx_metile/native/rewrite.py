@@ -6,12 +6,13 @@ Numerical policy (what a rewrite may assume):
   flushing (NaN payloads propagated). Where the hardware's choice is not public, a rewrite must
   be right under each choice, so none hangs on an unknown.
 - `fma-identity`: `ffma d, a, 1.0, -0.0` (and hfma) becomes `mov d, a` only when `a` was written
-  earlier in the same block by a float operation of the same width, unsaturated or not: such a
-  value is already rounded, flushed and NaN-canonical as the model makes it, so x * 1.0 + -0.0
-  gives x back, -0 and +0 included (+0 + -0 is +0 when rounding to nearest). A live-in `a`
+  earlier in the same block by a float operation of the same width (saturated or not): such a
+  value is already rounded, flushed and NaN-canonical as the model makes it, so a * 1.0 + -0.0
+  gives a back, -0 and +0 included (+0 + -0 is +0 when rounding to nearest). A live-in `a`
   could be a subnormal (flushed by fma, kept by mov) or a signalling or payload NaN (quieted or
-  canonicalised by fma, kept by mov): refused. Only the 6-byte ffma/hfma form is replaced (mov
-  is 6 bytes), so the region keeps its length.
+  canonicalised by fma, kept by mov): refused. The -0.0 addend needs the 8-byte fma form and mov
+  has 6 bytes, so the nearest instruction of the block in a short form takes its long form (the
+  same fields) and the block keeps its length; without one, the rewrite is refused.
 - `interleave`: independent instructions are reordered (list scheduling that puts distance
   between a result and its first use). A dependency is any shared 16-bit half between a write
   and a later read or write, addends included; a read with the discard hint (^) orders like a
