@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from . import floats, interp
 from .errors import InterpretError, RewriteError
 from .floats import Model
-from .g13 import HINT_NONE, Decoded, Instruction, Src
+from .g13 import Decoded, Instruction, Src
 
 F32_EDGES = (
     0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x7FC01234, 0x7FA00000,
@@ -402,6 +402,3 @@ def run(region: list[Decoded], policy: Policy = Policy()) -> Outcome:
                     break
                 outcome.rejected.append((label, verdict.detail))
     return outcome
-
-
-__all__ = ["HINT_NONE", "Outcome", "Policy", "Verdict", "accept", "check_order", "depends", "run", "verify"]
