@@ -4,6 +4,7 @@ the public sources describe (fat file, AppleGPU and AIR64 slices, a nested compu
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import struct
 
@@ -170,3 +171,31 @@ def test_a_signed_gpu_object_is_not_patched():
     a = Archive.parse(archive.build([compute], gpu_align=4, extra_commands=[(macho.LC_CODE_SIGNATURE, bytes(8))]))
     with pytest.raises(ArchiveError, match="LC_CODE_SIGNATURE"):
         a.patch(MAIN)
+
+
+def test_to_bytes_repacks_fields_rather_than_copying():
+    data = small()
+    a = Archive.parse(data)
+    inner = a.compute[0].macho
+    seg = inner.segments[0]
+    inner.segments[0] = dataclasses.replace(seg, vmaddr=seg.vmaddr + 0x1000)
+    out = a.to_bytes()
+    at = a.compute[0].offset + seg.at + 24  # segment_command_64's vmaddr
+    assert [k for k in range(len(data)) if data[k] != out[k]] == [at + 1]  # 0x1000 changes one byte
+    before = a.region().offset
+    sym = inner.symbols[1]
+    inner.symbols[1] = dataclasses.replace(sym, value=sym.value + 2)
+    assert Archive.parse(a.to_bytes()).region().offset == before + 2
+
+
+def test_the_writer_lays_out_what_it_is_given():
+    sections = [macho.SectionSpec("__TEXT", "__text", MAIN, align=4), macho.SectionSpec("__DATA", "__d", META, align=3)]
+    m = macho.MachO.parse(macho.build(fat.CPU_TYPE_APPLE_GPU, sections, [("_f", 0, 6), ("_g", 1, 0)], order=">"))
+    assert m.order == ">" and m.cputype == fat.CPU_TYPE_APPLE_GPU and m.filetype == macho.MH_GPU_EXECUTE
+    assert [s.name for s in m.sections] == ["__TEXT,__text", "__DATA,__d"]
+    assert [m.contents(s) for s in m.sections] == [MAIN, META]
+    assert all(s.offset % (1 << s.align) == 0 for s in m.sections)
+    assert [(s.name, s.sect, s.value) for s in m.symbols] == [
+        ("_f", 1, m.sections[0].addr + 6),
+        ("_g", 2, m.sections[1].addr),
+    ]
