@@ -9,7 +9,9 @@ follows Mesa's disassembly syntax with single spaces (`fmul r4, r11, r9`).
 A decoder reads only an instruction's own bytes: a short form's missing high bits are zero,
 whatever follows it in memory. An encoding outside the subset, or inside it with a bit set that
 the public layout does not explain, decodes as `Opaque`: kept byte for byte, never interpreted,
-and no rewrite may cross it. Registers count 16-bit halves: r4 is halves 8 and 9, r4h is half 9.
+and no rewrite may cross it; so is a register source with hint bits 0 (Mesa prints "# missing
+hint"), a 32-bit operand at an odd half, or a 16-bit destination with the 32-bit flag set.
+Registers count 16-bit halves: r4 is halves 8 and 9, r4h is half 9.
 """
 
 from __future__ import annotations
