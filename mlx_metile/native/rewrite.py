@@ -28,8 +28,8 @@ import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from . import floats, interp
-from .errors import InterpretError, RewriteError
+from . import floats, g13, interp
+from .errors import EncodingError, InterpretError, RewriteError
 from .floats import Model
 from .g13 import Decoded, Instruction, Src
 
@@ -209,6 +209,13 @@ def _inputs(regs: list[int], uniforms: list[int], narrow: set[int], wide: set[in
 def verify(original: list[Decoded], rewritten: list[Decoded], policy: Policy = Policy()) -> Verdict:
     """Whether `rewritten` gives the same bits as `original` in every register, for every input
     tried, under every model of the policy; same length, opaque bytes unmoved."""
+    for k, ins in enumerate(rewritten):  # what is verified is what gets written
+        try:
+            same = ins.opaque or g13.decode(ins.encode()) == [ins]
+        except EncodingError as e:
+            return Verdict(False, f"#{k} cannot be encoded: {e}")
+        if not same:
+            return Verdict(False, f"#{k} ({ins.text}) does not decode back to itself")
     size_a, size_b = sum(i.size for i in original), sum(i.size for i in rewritten)
     if size_a != size_b:
         return Verdict(False, f"length changes from {size_a} to {size_b} bytes")

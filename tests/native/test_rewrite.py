@@ -143,3 +143,10 @@ def test_a_16_bit_identity():
 def test_unknown_rewrites_are_refused(region):
     with pytest.raises(RewriteError, match="not one of"):
         rewrite.run(region, Policy(rewrites=("reassociate",)))
+
+
+def test_what_is_verified_is_what_gets_written(region):
+    planted = list(region)
+    planted[7] = region[7].with_size(6)  # ffma r7, r5, r4, r0 has no 6-byte form
+    verdict = rewrite.verify(region, planted)
+    assert not verdict.ok and "cannot be encoded" in verdict.detail
