@@ -181,7 +181,7 @@ class Archive:
         if [(x.function, x.offset, x.size) for x in again.functions()] != [
             (x.function, x.offset, x.size) for x in self.functions()
         ]:  # pragma: no cover - only code bytes changed
-            raise ArchiveError("the patched archive no longer has the same functions")
+            raise ArchiveError("the patched archive does not have the functions of the original")
         return out
 
 

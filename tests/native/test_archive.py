@@ -199,3 +199,16 @@ def test_the_writer_lays_out_what_it_is_given():
         ("_f", 1, m.sections[0].addr + 6),
         ("_g", 2, m.sections[1].addr),
     ]
+
+
+def test_the_command_line_describes_an_archive(tmp_path, capsys):
+    from mlx_metile.native.__main__ import main
+
+    path = tmp_path / "archive.bin"
+    path.write_bytes(small())
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "slice 1: AppleGPU" in out and f"_agc.main: {len(MAIN)} bytes" in out
+    assert "ffma r5, r6, u9, r5" in out and "<opaque 8800: stop" in out
+    path.write_bytes(b"\0" * 8)
+    assert main([str(path)]) == 1 and "bad magic" in capsys.readouterr().err
