@@ -592,7 +592,7 @@ class AIRRenderer:
         """C's usual arithmetic conversions: the common type of a and b."""
         if a.ctype in _FLOATS or b.ctype in _FLOATS:
             return a.ctype if a.ctype == b.ctype else "f32"
-        kinds = {_canon(self.promote_int(a).ctype), _canon(self.promote_int(b).ctype)}
+        kinds = {_promoted(a.ctype), _promoted(b.ctype)}
         if "size" in kinds:
             return "size"
         return "u32" if "u32" in kinds else "i32"
@@ -1078,17 +1078,17 @@ class AIRRenderer:
         bits, c = mask.bit_length(), _const_int(sh.b)
         if bits == 0 or 32 % bits or c % bits or bits > 23:
             return None
-        word = self.coerce(self.expr(sh.a), "u32")
         per = 32 // bits
         pos = c // bits
         quad = pos // 4
-        key = (word.text, bits, quad)
+        key = (sh.a, bits, quad)  # temporaries have kernel-unique names: the tree names one word
         for scope in reversed(self.scopes):
             if key in scope.unpacked:
                 vec = scope.unpacked[key]
                 break
         else:
             f = self.f
+            word = self.coerce(self.expr(sh.a), "u32")
             lanes = min(4, per)
             shifts = ", ".join(f"i32 {bits * (4 * quad + j)}" for j in range(lanes))
             ins = f.op(f"insertelement <{lanes} x i32> undef, i32 {word.text}, i64 0")
@@ -1151,6 +1151,11 @@ class AIRRenderer:
         self.pop()
         f.lines[phi_at] = f"  {iv} = phi i32 [ {start.text}, %{before} ], [ {nxt}, %{latch} ]"
         f.start(done)
+
+
+def _promoted(ctype: str) -> str:
+    """C's integer promotion of a type (bool, char, short -> int)."""
+    return "i32" if ctype in ("bool", "bits16", "u8", "char") else _canon(ctype)
 
 
 def _bits(llvm_type: str) -> int:
