@@ -8,13 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from ..codegen.air import AirForm, AIRRenderer
+from ..codegen.air import AIR_VERSION, LANGUAGE_VERSION, AirForm, AIRRenderer
 from ..codegen.ast import KernelParam
 from ..pipeline import dump, lower_projection
 from ..schedule import Schedule
 from ..spec import ProjectionSpec
 from .library import Function, Library
 from .llvm14 import assemble
+from .metallib import Metallib
 
 
 @dataclass(frozen=True, eq=False)
@@ -36,6 +37,12 @@ class AirCandidate:
     def function(self) -> Function:
         """The kernel compiled for the CPU (the AIR executor), dispatched as the MSL artifact is."""
         return Library.of_modules([self.bitcode]).function(self.entry)
+
+    def metallib(self) -> Metallib:
+        """A metallib holding this kernel, versions as its module declares them."""
+        return Metallib.of_bitcode(
+            [(self.entry, self.bitcode)], air_version=AIR_VERSION[:2], language=LANGUAGE_VERSION[1:3]
+        )
 
     @property
     def threads_per_group(self) -> tuple[int, int, int]:
