@@ -49,6 +49,11 @@ class Problem:
             out[f"y{j}"] = np.zeros((self.rows, self.n), dt)
         return out
 
+    @property
+    def columns(self) -> int:
+        """The launch's columns: every weight's, SwiGLU's gate and up sharing theirs."""
+        return self.n if self.spec.epilogue == "swiglu" else self.n * len(self.spec.weights)
+
     def scalars(self) -> dict:
         return {"M": self.rows, "K": self.k, **{f"N{i}": self.n for i in range(len(self.spec.weights))}}
 
@@ -67,7 +72,9 @@ def problem(spec: ProjectionSpec, rows: int, k: int, n: int, seed: int = 0) -> P
         elif fmt.quantized:
             q, s, b = mx.quantize(w, group_size=fmt.group_size, bits=fmt.bits)
             inputs[f"w{i}"], inputs[f"scales{i}"], inputs[f"biases{i}"] = raw(q), raw(s), raw(b)
-            deq = mx.dequantize(q, s, b, group_size=fmt.group_size, bits=fmt.bits)
+            # in f32, as the kernel dequantises (MLX's in the scales' dtype rounds each weight)
+            f32 = mx.float32
+            deq = mx.dequantize(q, s.astype(f32), b.astype(f32), group_size=fmt.group_size, bits=fmt.bits)
         else:
             inputs[f"w{i}"] = raw(w)
             deq = w
@@ -87,7 +94,7 @@ def dispatch(kernel, launch, pr: Problem) -> list[np.ndarray]:
     """Run `kernel` (an emulator Kernel or an AIR Function) with `launch`'s grid and params."""
     bufs, scal = pr.buffers(), pr.scalars()
     args = [bufs[p.name] if p.kind == "buffer" else scal[p.name] for p in launch.params]
-    kernel.dispatch_threadgroups(launch.grid(pr.rows, pr.n), launch.threads_per_group, args)
+    kernel.dispatch_threadgroups(launch.grid(pr.rows, pr.columns), launch.threads_per_group, args)
     return [bufs[f"y{j}"] for j in range(pr.spec.outputs)]
 
 
