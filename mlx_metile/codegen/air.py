@@ -465,6 +465,8 @@ class AIRRenderer:
         sb, db = _bits(st), _bits(dt)
         if sb == db:
             return _Val(v.text, to)
+        if v.text.isdigit() and int(v.text) < 2 ** min(sb, db) // 2:
+            return _Val(v.text, to)  # a small non-negative literal is the same literal in any width
         if db < sb:
             return _Val(f.op(f"trunc {st} {v.text} to {dt}"), to)
         ext = "zext" if _is_unsigned(src) else "sext"
@@ -708,7 +710,7 @@ class AIRRenderer:
             if len(idx) != 1:
                 raise RenderError(f"air renderer: {base.name} is a pointer, indexed {len(idx)} times")
             off = self.coerce(self.expr(idx[0]), "i32")
-            off64 = f.op(f"sext i32 {off.text} to i64")
+            off64 = self.convert(off, "size").text
             lt = _lt(elem)
             ptr = f.op(f"getelementptr inbounds {lt}, {_ptr(lt, 1)} {v.text}, i64 {off64}")
             return ptr, elem, 1, _size(elem), access == "ro"
@@ -719,7 +721,7 @@ class AIRRenderer:
             parts = []
             for i in idx:
                 x = self.coerce(self.expr(i), "i32")
-                parts.append(f"i64 {f.op(f'sext i32 {x.text} to i64')}")
+                parts.append(f"i64 {self.convert(x, 'size').text}")
             ptr = f.op(f"getelementptr inbounds {arr}, {_ptr(arr, v.space)} {v.ptr}, i64 0, {', '.join(parts)}")
             return ptr, v.ctype, v.space, _size(v.ctype), False
         raise RenderError(f"air renderer: {base.name!r} is not an array or a buffer")
