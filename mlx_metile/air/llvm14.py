@@ -50,3 +50,12 @@ def optimize(module: str | bytes, passes: str = "default<O2>", what: str = "an A
     data = module.encode() if isinstance(module, str) else module
     args = [tool14("opt"), "-mtriple=x86_64-unknown-linux-gnu", f"-passes={passes}", "-S", "-o", "-", "-"]
     return _run(args, data, f"optimizing {what}").decode()
+
+
+def x86_assembly(module: str | bytes, attrs: str = "+fma", what: str = "an AIR module") -> str:
+    """x86-64 assembly of the module after O2, for `attrs` (an FMA-capable CPU by default): what a
+    form's fast-math flags let a backend with fused multiply-add do, which the CPU executor's
+    generic x86-64 (no FMA) cannot show in results."""
+    optimized = optimize(module, what=what).encode()
+    args = [tool14("llc"), "-mtriple=x86_64-unknown-linux-gnu", f"-mattr={attrs}", "-O2", "-o", "-", "-"]
+    return _run(args, optimized, f"compiling {what} for x86-64 ({attrs})").decode()

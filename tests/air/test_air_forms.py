@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from mlx_metile.air.candidate import air_candidate
-from mlx_metile.air.llvm14 import optimize, verify
+from mlx_metile.air.llvm14 import optimize, verify, x86_assembly
 from mlx_metile.codegen.air import AirForm
 from mlx_metile.formats import WeightFormat as W
 from mlx_metile.spec import ProjectionSpec as P
@@ -67,6 +67,17 @@ def test_fast_math_forms_only_add_flags(msl, base):
         assert re.sub(FLAGS, "", text) == plain, name
         floats = count(r"= (?:fadd|fsub|fmul|fdiv|fneg) ", plain)
         assert floats > 0 and count(rf"= (?:fadd|fsub|fmul|fdiv|fneg) {flag} ", text) == floats, name
+
+
+def test_contract_lets_an_fma_backend_fuse(msl, base):
+    """The CPU executor has no FMA; compiled for one that has, `contract` fuses the dequantisation's
+    and the epilogue's multiply-adds (explicit fma calls aside), which the MSL's rounding forbids."""
+    fused = {}
+    for name, c in (("precise", base), ("contract", air_candidate(SPEC, msl.schedule, FORMS["contract"]))):
+        fused[name] = count(r"\bvfn?m(?:add|sub)\w*ss\b", x86_assembly(c.bitcode, what=name))
+    assert fused["precise"] == 0
+    # most of the q * s + b a lane computes per word loop (NC columns x U values x 2 weights) fuse
+    assert fused["contract"] >= msl.schedule.NC * msl.schedule.U, fused
 
 
 def test_alignment_form_changes_only_the_vector_loads(msl, base):
