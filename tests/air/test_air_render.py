@@ -18,6 +18,7 @@ from mlx_metile.codegen.cstyle import RenderError
 from mlx_metile.formats import WeightFormat
 from mlx_metile.pipeline import compile_projection
 from mlx_metile.spec import ProjectionSpec
+from mlx_metile.spec import ProjectionSpec as P
 
 from ..helpers import artifact
 
@@ -124,3 +125,31 @@ def test_cuda_only_statements_are_refused():
     k = KernelDef("k", [KernelParam("y", "buffer", "f32", True)], [Mma("bf16", Var("c"), (), ())], [], 32)
     with pytest.raises(RenderError, match="Mma"):
         AIRRenderer().render(k)
+
+
+# every weight format and epilogue the lowerings take, printed and verified by LLVM 14 (execution is
+# test_air_candidates.py's, for a subset); int3 fields straddle words, nvfp4 has 16-wide groups
+EVERY = {
+    "mxfp8": P("bf16", (WeightFormat("u8", 8, 32, mode="mxfp8"),)),
+    "nvfp4": P("bf16", (WeightFormat("u8", 4, 16, mode="nvfp4"),), k_multiple=64),
+    "int2": P("bf16", (WeightFormat("bf16", 2, 64),)),
+    "int3": P("bf16", (WeightFormat("bf16", 3, 32),)),
+    "int5": P("bf16", (WeightFormat("bf16", 5, 64),)),
+    "int6": P("f16", (WeightFormat("f16", 6, 128),)),
+    "gelu": P("bf16", (WeightFormat("bf16", 4, 64),), "gelu"),
+    "gelu_approx": P("f32", (WeightFormat("f32", 8, 64),), "gelu_approx"),
+    "silu": P("f16", (WeightFormat("f16"),), "silu"),
+    "qkv_bias": P("bf16", tuple(WeightFormat("bf16", 4, 64, True, "f32") for _ in range(3))),
+}
+
+
+@pytest.mark.parametrize(
+    "name, rows", [(n, 2) for n in EVERY] + [("int3", 40), ("gelu", 40)], ids=[*EVERY, "int3_tiled", "gelu_tiled"]
+)
+def test_every_format_and_epilogue_verifies(name, rows):
+    spec = EVERY[name]
+    a = artifact(spec, rows, K=128, columns=40)
+    for form in (AirForm(), AirForm(unpack="vector", fast_math="fast", load_metadata=True)):
+        c = air_candidate(spec, a.schedule, form)
+        assert c.bitcode[:4] == bytes.fromhex("dec0170b")  # llvm-as verified it
+        assert c.entry == a.entry
