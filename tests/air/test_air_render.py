@@ -134,12 +134,9 @@ EVERY = {
     "nvfp4": P("bf16", (WeightFormat("u8", 4, 16, mode="nvfp4"),), k_multiple=64),
     "int2": P("bf16", (WeightFormat("bf16", 2, 64),)),
     "int3": P("bf16", (WeightFormat("bf16", 3, 32),)),
-    "int5": P("bf16", (WeightFormat("bf16", 5, 64),)),
     "int6": P("f16", (WeightFormat("f16", 6, 128),)),
     "gelu": P("bf16", (WeightFormat("bf16", 4, 64),), "gelu"),
-    "gelu_approx": P("f32", (WeightFormat("f32", 8, 64),), "gelu_approx"),
-    "silu": P("f16", (WeightFormat("f16"),), "silu"),
-    "qkv_bias": P("bf16", tuple(WeightFormat("bf16", 4, 64, True, "f32") for _ in range(3))),
+    "gelu_approx": P("f32", (WeightFormat("f32", 8, 64, True, "f32"),), "gelu_approx"),
 }
 
 
