@@ -7,8 +7,8 @@ SIMD group) as extra kernel parameters tagged in `!air.kernel`; Metal's library 
 `air.*` intrinsics Apple emits (`air.fma.f32`, `air.simd_shuffle_xor.f32`, `air.wg.barrier`,
 `air.convert.f.f32.u.i32`, ...), float narrowing as `fptrunc` and widening as `fpext`, as in
 Apple's own AIR. Every C operation is one LLVM instruction in the order C evaluates it, rounding
-after each (Metal's `-ffp-contract=off` reading, as the emulator compiles MSL), unless the form
-grants fast-math flags.
+after each - as the emulator compiles MSL (`-ffp-contract=off`); Apple's compiler contracts by
+default (`llvm.fmuladd` in MLX's AIR), which is the `contract` form here.
 
 `AirForm` chooses how the same AST is spelled, never what it computes: fast-math flags on float
 instructions, the alignment vector loads claim, range / invariance metadata on loads, and the
