@@ -142,7 +142,7 @@ def _cuda_arch(name: str, value: str) -> str:
     return value
 
 
-_DEBUG_STAGES = ("all", "ir", "schedule", "msl", "cuda", "trace")
+_DEBUG_STAGES = ("all", "ir", "schedule", "msl", "cuda", "air", "trace")
 
 
 def _debug(name: str, value: str) -> frozenset[str]:
@@ -204,7 +204,7 @@ class Setting:
 def _declare() -> dict[str, Setting]:
     items = [
         Setting("EMULATE", _boolean, False, "run CPU ops through the Metal-on-CPU emulator (the generated MSL)"),
-        Setting("DEBUG", _debug, frozenset(), "print pipeline stages to stderr: ir, schedule, msl, cuda, trace or all"),
+        Setting("DEBUG", _debug, frozenset(), "stages to print to stderr: ir, schedule, msl, cuda, air, trace or all"),
         Setting("CACHE", _directory, None, "root of the kernel caches (default: $XDG_CACHE_HOME/mlx_metile)"),
         Setting("CLANG", _executable, None, "the clang (>= 17) the emulator compiles with"),
         Setting(
