@@ -50,6 +50,17 @@ def routes() -> list[tuple[str, bool, str]]:
             "no NAX lowering in this version; MLX enables NAX on Apple GPU generation >= 17, macOS 26.2+",
         )
     )
+    try:
+        from ..air import build, llvm14
+
+        tools = f"{build.tool('llvm-dis')}, {llvm14.tool14('llvm-as')}"
+        out.append(("AIR (kernels as Apple IR, run on the CPU)", True, tools))
+    except Exception as e:  # a missing LLVM tool: its error says which and how to install it
+        out.append(("AIR (kernels as Apple IR, run on the CPU)", False, str(e)))
+    from .. import native
+
+    archives = "MLX_METILE_PATCHED_ARCHIVES=1" if native.enabled() else "off (MLX_METILE_PATCHED_ARCHIVES)"
+    out.append(("patched binary archives", False, f"{archives}; loading them needs macOS and an Apple GPU"))
     cuda = mx.cuda.is_available()
     nvcc, lib = cuda_compile.find_nvcc(), nvrtc.find_nvrtc()
     compilers = ", ".join(n for n, p in (("nvcc", nvcc), ("NVRTC", lib)) if p) or "no CUDA compiler (nvcc or NVRTC)"
