@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 from .. import cache
+from .preprocess import METAL_DEFINES
 from .toolchain import cache_dir, find_clang, run_clang, tool_beside_clang
 from .translate import Translation, entry_point
 
@@ -41,7 +42,9 @@ KERNEL_FLAGS = [
     "-gline-tables-only",
     "-include",
     "metile_metal.h",
+    *METAL_DEFINES,
     "-Wno-unknown-attributes",
+    "-Wno-unknown-pragmas",
     "-Wno-duplicate-decl-specifier",
     "-Werror=double-promotion",
     "-Werror=return-type",
@@ -74,7 +77,7 @@ def _digest(*parts: str | bytes) -> str:
 
 
 def _emulator_fingerprint() -> str:
-    files = sorted(INCLUDE.iterdir()) + sorted(RUNTIME.iterdir()) + [Path(__file__)]
+    files = sorted(INCLUDE.rglob("*")) + sorted(RUNTIME.iterdir()) + [Path(__file__)]
     return _digest(EMULATOR_VERSION, find_clang(), *(f.read_bytes() for f in files if f.is_file()))
 
 

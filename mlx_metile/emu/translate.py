@@ -1,16 +1,30 @@
 """MSL source -> C++ for the emulator, plus the kernel's binding signature.
 
-The rewrite keeps every line where it was, so diagnostics, __FILE__/__LINE__
-and debug info point at the MSL the user wrote. It does three things the
-shim's macros cannot: tells threadgroup *storage* from threadgroup *pointers*,
-turns `float4(...)` constructor calls into calls the shim implements, and
-reads the [[attributes]] of the kernel's parameters (then blanks them).
+The rewrite keeps every line where it was (and, for preprocessed text, every line marker), so
+diagnostics, __FILE__/__LINE__ and debug info point at the MSL the user wrote. What it does that
+the shim's macros cannot:
+
+- tells threadgroup *storage* from threadgroup *pointers*;
+- turns `float4(...)` / `vec<T, N>(...)` constructor calls into calls the shim implements;
+- reads the [[attributes]] of the kernel's parameters (then blanks every attribute);
+- finds the kernel: a `kernel void f(...)` / `[[kernel]] void f(...)` definition, or an explicit
+  instantiation `template [[host_name("name")]] [[kernel]] decltype(f<...>) f<...>;` of a template
+  kernel (how MLX names its kernels);
+- specialises function constants (`constant T x [[function_constant(i)]];`) to given values, and
+  drops parameters whose `[[function_constant(flag)]]` is false;
+- keeps, in the compiled build, one of each set of partial specialisations that differ only in
+  address spaces (`struct S<device T*>`, `struct S<threadgroup T*>`): there address spaces are one
+  memory and those would be redefinitions; the lint build keeps them all.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .preprocess import PreprocessError, needs_preprocessing, preprocess
 
 MAX_BUFFER_INDEX = 30
 
@@ -30,10 +44,24 @@ POSITION_SCALARS = {
     "thread_execution_width": "threads_per_simdgroup",
     "simdgroups_per_threadgroup": "simdgroups_per_threadgroup",
 }
-_VECTOR_CTOR = re.compile(r"\b((?:float|half|bfloat|int|uint|short|ushort|char|uchar|long|ulong|bool)[234])\s*\(")
-_VEC_TEMPLATE_CTOR = re.compile(r"\bvec\s*<([^<>;(){}]*)>\s*\(")
-_KERNEL = re.compile(r"(?:\bkernel|\[\[\s*kernel\s*\]\])\s+void\s+(\w+)\s*\(")
+_VECTOR_CTOR = re.compile(
+    r"(?<![\w.])(?:metal\s*::\s*)?((?:float|half|bfloat|int|uint|short|ushort|char|uchar|long|ulong|bool)[234])\s*\("
+)
+_VEC_TEMPLATE_CTOR = re.compile(r"(?<![\w.])(?:metal\s*::\s*)?vec\s*<([^<>;(){}]*)>\s*\(")
+_KERNEL_DEF = re.compile(r"(?:\bkernel|\[\[\s*kernel\b[^\]]*\]\])\s+void\s+(\w+)\s*\(")
+_INSTANTIATION = re.compile(
+    r"\btemplate\s*\[\[\s*host_name\s*\(\s*((?:\"[^\"]*\"\s*)+)\)\s*\]\]\s*\[\[\s*kernel\s*\]\]\s*"
+    r"decltype\s*\(\s*(\w+)\s*<"
+)
+_FUNCTION_CONSTANT = re.compile(
+    r"\bconstant\s+([A-Za-z_][\w:]*)\s+(\w+)\s*\[\[\s*function_constant\s*\(\s*(\d+)\s*\)\s*\]\]\s*;"
+)
+_SPECIALIZATION = re.compile(r"\btemplate\s*<([^<>]*)>\s*(struct|class)\s+(\w+)\s*<")
+_LINEMARKER = re.compile(r'^#(?:line)?\s+(\d+)\s+"((?:[^"\\]|\\.)*)"[^\n]*$', re.M)
 _ADDRESS_WORDS = {"device", "constant", "threadgroup", "thread", "const", "volatile"}
+_SPACE_WORDS = re.compile(r"\b(device|threadgroup|thread)\b")
+
+FunctionConstant = bool | int | float
 
 
 class TranslateError(ValueError):
@@ -51,6 +79,8 @@ class Param:
     is_pointer: bool
     is_reference: bool
     address_space: str  # device | constant | threadgroup | thread
+    condition: str | None = None  # the function constant the parameter exists under
+    active: bool = True  # False where that function constant is false: nothing is bound
 
 
 @dataclass(frozen=True)
@@ -59,6 +89,12 @@ class Translation:
     filename: str
     cpp: str  # kernel source as C++, no entry point
     params: tuple[Param, ...]
+    function: str = ""  # the C++ function the entry point calls: `k` or `gemm<half, 64>`
+    constants: tuple[tuple[str, int, str], ...] = field(default=())  # (name, index, value) specialised
+
+    def __post_init__(self) -> None:
+        if not self.function:
+            object.__setattr__(self, "function", self.name)
 
     def buffer(self, index: int) -> Param | None:
         for p in self.params:
@@ -90,14 +126,40 @@ def strip_comments(src: str) -> str:
                 j += 2 if src[j] == "\\" else 1
             out.append(src[i : j + 1])
             i = j + 1
+        elif src[i] == "'" and i > 0 and (src[i - 1].isalnum() or src[i - 1] == "_"):
+            out.append(src[i])  # a digit separator (1'000), not a character literal
+            i += 1
+        elif src[i] == "'":
+            j = i + 1
+            while j < n and src[j] != "'" and src[j] != "\n":
+                j += 2 if src[j] == "\\" else 1
+            out.append(src[i : j + 1])
+            i = j + 1
         else:
             out.append(src[i])
             i += 1
     return "".join(out)
 
 
-def _line_of(src: str, pos: int) -> int:
-    return src.count("\n", 0, pos) + 1
+class _Locator:
+    """file:line of a position in the text, honouring line markers of preprocessed text."""
+
+    def __init__(self, src: str, filename: str):
+        self.src = src
+        self.filename = filename
+        self.marks = [(m.end(), int(m.group(1)), m.group(2)) for m in _LINEMARKER.finditer(src)]
+
+    def where(self, pos: int) -> tuple[str, int]:
+        base, line, name = 0, 1, self.filename
+        for end, mline, mname in self.marks:
+            if end > pos:
+                break
+            base, line, name = end + 1, mline, mname
+        return name, line + self.src.count("\n", base, pos)
+
+    def at(self, pos: int) -> str:
+        name, line = self.where(pos)
+        return f"{os.path.basename(name)}:{line}"
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -117,44 +179,77 @@ def _split_top_level(text: str) -> list[str]:
     return parts
 
 
-def _matching_paren(src: str, open_pos: int) -> int:
+def _matching(src: str, open_pos: int, opening: str = "(", closing: str = ")") -> int:
     depth = 0
     for i in range(open_pos, len(src)):
-        if src[i] == "(":
+        if src[i] == opening:
             depth += 1
-        elif src[i] == ")":
+        elif src[i] == closing:
             depth -= 1
             if depth == 0:
                 return i
-    raise TranslateError("unbalanced parentheses in the kernel signature")
+    raise TranslateError(f"unbalanced {opening}{closing} in the kernel source")
 
 
-def _parse_param(text: str, filename: str, line: int) -> Param:
-    attrs = re.findall(r"\[\[(.*?)\]\]", text)
+def _matching_angle(src: str, open_pos: int) -> int:
+    """The `>` closing the template argument list opened at open_pos (parentheses nest)."""
+    depth = 0
+    i = open_pos
+    while i < len(src):
+        ch = src[i]
+        if ch == "(":
+            i = _matching(src, i) + 1
+            continue
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise TranslateError("unbalanced <> in the kernel source")
+
+
+def _attribute_list(text: str) -> list[str]:
+    attrs: list[str] = []
+    for group in re.findall(r"\[\[(.*?)\]\]", text):
+        attrs.extend(a.strip() for a in _split_top_level(group) if a.strip())
+    return attrs
+
+
+def _parse_param(text: str, where: str) -> Param:
+    attrs = _attribute_list(text)
     decl = re.sub(r"\[\[.*?\]\]", " ", text).strip()
     m = re.search(r"(\w+)\s*$", decl)
     if not m or not attrs:
         raise TranslateError(
-            f"{filename}:{line}: kernel parameter `{decl}` needs an attribute such as "
-            "[[buffer(n)]] or [[thread_position_in_grid]]"
+            f"{where}: kernel parameter `{decl}` needs an attribute such as [[buffer(n)]] or [[thread_position_in_grid]]"
         )
     name = m.group(1)
     ctype = decl[: m.start()].strip()
     words = re.findall(r"\w+", ctype)
     space = next((w for w in words if w in ("device", "constant", "threadgroup")), "thread")
     elem = " ".join(w for w in words if w not in _ADDRESS_WORDS)
-    attr = attrs[0].strip()
+    condition = None
+    rest = []
+    for a in attrs:
+        fc = re.fullmatch(r"function_constant\s*\(\s*(\w+)\s*\)", a)
+        if fc:
+            condition = fc.group(1)
+        else:
+            rest.append(a)
+    if not rest:
+        raise TranslateError(f"{where}: kernel parameter `{name}` needs a binding attribute such as [[buffer(n)]]")
+    attr = rest[0]
     am = re.fullmatch(r"(buffer|threadgroup)\s*\(\s*(\d+)\s*\)", attr)
     if am:
         index = int(am.group(2))
         if index > MAX_BUFFER_INDEX:
-            raise TranslateError(
-                f"{filename}:{line}: [[{attr}]] on `{name}`: Metal allows indices 0..{MAX_BUFFER_INDEX}"
-            )
-        return Param(name, am.group(1), index, am.group(1), ctype, elem, "*" in ctype, "&" in ctype, space)
+            raise TranslateError(f"{where}: [[{attr}]] on `{name}`: Metal allows indices 0..{MAX_BUFFER_INDEX}")
+        return Param(name, am.group(1), index, am.group(1), ctype, elem, "*" in ctype, "&" in ctype, space, condition)
     if attr in POSITION_ARRAYS or attr in POSITION_SCALARS:
-        return Param(name, "position", -1, attr, ctype, elem, False, False, space)
-    raise TranslateError(f"{filename}:{line}: unsupported kernel parameter attribute [[{attr}]] on `{name}`")
+        return Param(name, "position", -1, attr, ctype, elem, False, False, space, condition)
+    raise TranslateError(f"{where}: unsupported kernel parameter attribute [[{attr}]] on `{name}`")
 
 
 def _declared_names(declaration: str) -> list[str]:
@@ -167,8 +262,40 @@ def _declared_names(declaration: str) -> list[str]:
     return names
 
 
-def _rewrite_threadgroup(src: str, filename: str) -> str:
-    """`threadgroup T x[n];` -> shared storage; `threadgroup T* p` -> a pointer.
+def _statement_end(src: str, pos: int) -> int:
+    """Index of the `;` ending the declaration that continues at pos (brackets nest)."""
+    depth = 0
+    for i in range(pos, len(src)):
+        ch = src[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == ";" and depth == 0:
+            return i
+    return len(src)
+
+
+def _declarator_stop(src: str, pos: int) -> int:
+    """Where the declaration after a `threadgroup` word stops being a type and name: the first
+    `; = , { >` outside brackets, or a `)` / `]` closing one opened before it."""
+    depth = 0
+    for i in range(pos, len(src)):
+        ch = src[i]
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            if depth == 0:
+                return i
+            depth -= 1
+        elif depth == 0 and ch in ";=,{>":
+            return i
+    return len(src)
+
+
+def _rewrite_threadgroup(src: str, loc: _Locator | None) -> str:
+    """`threadgroup T x[n];` -> shared storage; `threadgroup T* p` (and `tensor<threadgroup T, ...>`)
+    -> the address space of a pointer.
 
     Storage is made to escape right after its declaration: the compiler then
     cannot assume a barrier (an opaque call) leaves it unchanged, which is
@@ -176,101 +303,276 @@ def _rewrite_threadgroup(src: str, filename: str) -> str:
     """
     out, last = [], 0
     for m in re.finditer(r"\bthreadgroup\b", src):
-        rest = src[m.end() :]
-        stop = re.search(r"[;=),{]", rest)
-        segment = rest[: stop.start()] if stop else rest
+        if m.start() < last:
+            continue
+        stop_at = _declarator_stop(src, m.end())
+        stop = src[stop_at] if stop_at < len(src) else ""
+        segment = src[m.end() : stop_at]
+        declarator = re.sub(r"\[[^\]]*\]", "", segment)
         out.append(src[last : m.start()])
         last = m.end()
-        if "*" in segment or "&" in segment:
+        bare_type = re.fullmatch(r"\s*(?:(?:const|volatile)\s+)*[\w:]+(?:\s+(?:const|volatile))*\s*", segment)
+        if "*" in declarator or "&" in declarator or (stop in (">", ",", ")") and bare_type):
             out.append("METILE_TG_PTR")
             continue
-        if stop and stop.group() == "=":
+        if stop == "=":
+            where = loc.at(m.start()) if loc else "?"
             raise TranslateError(
-                f"{filename}:{_line_of(src, m.start())}: threadgroup variables cannot be "
-                "initialised in their declaration (MSL rejects it); assign after declaring"
+                f"{where}: threadgroup variables cannot be initialised in their declaration (MSL rejects it); "
+                "assign after declaring"
             )
         out.append("METILE_TG_STORAGE")
-        if stop and stop.group() == ";":
-            end = m.end() + stop.end()
-            escapes = "".join(f" METILE_TG_ESCAPE({n});" for n in _declared_names(segment))
-            out.append(src[m.end() : end] + escapes)
-            last = end
+        if stop in (";", ","):
+            end = _statement_end(src, m.end())
+            declaration = src[m.end() : end]
+            if "=" in declaration:
+                where = loc.at(m.start()) if loc else "?"
+                raise TranslateError(
+                    f"{where}: threadgroup variables cannot be initialised in their declaration (MSL rejects it); "
+                    "assign after declaring"
+                )
+            escapes = "".join(f" METILE_TG_ESCAPE({n});" for n in _declared_names(declaration))
+            out.append(declaration + ";" + escapes)
+            last = end + 1
     out.append(src[last:])
     return "".join(out)
 
 
-def translate(source: str, name: str) -> Translation:
+def _vector_constructors(src: str) -> str:
+    """`float4(...)` and `vec<T, N>(...)` -> calls of the shim's constructor (not after `operator`)."""
+
+    def ctor(m: re.Match) -> str:
+        if re.search(r"\boperator\s*$", src[max(0, m.start() - 16) : m.start()]):
+            return m.group()
+        return f"__metile::make<{m.group(1)}>("
+
+    def vec_ctor(m: re.Match) -> str:
+        if re.search(r"\boperator\s*$", src[max(0, m.start() - 16) : m.start()]):
+            return m.group()
+        return f"__metile::make<vec<{m.group(1)}>>("
+
+    src = _VECTOR_CTOR.sub(ctor, src)
+    return _VEC_TEMPLATE_CTOR.sub(vec_ctor, src)
+
+
+def _literal(value: FunctionConstant, ctype: str, where: str, name: str) -> str:
+    if isinstance(value, bool) or ctype == "bool":
+        if not isinstance(value, (bool, int)) or (not isinstance(value, bool) and value not in (0, 1)):
+            raise TranslateError(f"{where}: function constant `{name}` is bool; got {value!r}")
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"({ctype})({value})"
+    if isinstance(value, float):
+        return f"({ctype})({float(value)!r}f)"
+    raise TranslateError(f"{where}: function constant `{name}`: expected bool, int or float, got {value!r}")
+
+
+def _specialize_constants(
+    src: str, loc: _Locator, given: Mapping[int | str, FunctionConstant]
+) -> tuple[str, dict[str, str], tuple[tuple[str, int, str], ...]]:
+    """Program-scope function constants become constexpr values; returns the text, each constant's
+    C++ value by name (bools as true/false), and the constants specialised."""
+    declared = list(_FUNCTION_CONSTANT.finditer(src))
+    by_name = {m.group(2): m for m in declared}
+    by_index = {int(m.group(3)): m for m in declared}
+    for key in given:
+        if isinstance(key, bool) or not isinstance(key, (int, str)):
+            raise TranslateError(f"function_constants: keys are indices or names, got {key!r}")
+        if (isinstance(key, int) and key not in by_index) or (isinstance(key, str) and key not in by_name):
+            known = ", ".join(f"{m.group(2)} ({m.group(3)})" for m in declared) or "none"
+            raise TranslateError(f"function_constants: {key!r} is not declared in the source (declared: {known})")
+    queried = set(re.findall(r"\bis_function_constant_defined\s*\(\s*(\w+)\s*\)", src))
+    values: dict[str, str] = {}
+    done = []
+    out, last = [], 0
+    for m in declared:
+        ctype, name, index = m.group(1), m.group(2), int(m.group(3))
+        where = loc.at(m.start())
+        if name in given and index in given and given[name] != given[index]:
+            raise TranslateError(
+                f"function_constants: `{name}` given twice ({index} and {name!r}) with different values"
+            )
+        value = given.get(index, given.get(name))
+        if value is None:
+            if name not in queried:
+                raise TranslateError(
+                    f"{where}: function constant `{name}` (index {index}) has no value: pass "
+                    f"function_constants={{{index}: ...}} or {{{name!r}: ...}}"
+                )
+            text = f"static constexpr {ctype} {name} = {ctype}();"
+            values[name] = "false"
+        else:
+            lit = _literal(value, ctype, where, name)
+            text = f"static constexpr {ctype} {name} = {lit};"
+            values[name] = lit
+            done.append((name, index, lit))
+        out.append(src[last : m.start()])
+        out.append(text + "\n" * m.group().count("\n"))
+        last = m.end()
+    out.append(src[last:])
+    text = "".join(out)
+    defined = {m.group(2) for m in declared if m.group(2) in given or int(m.group(3)) in given}
+
+    def _defined(m: re.Match) -> str:
+        return "true" if m.group(1) in defined else "false"
+
+    text = re.sub(r"\bis_function_constant_defined\s*\(\s*(\w+)\s*\)", _defined, text)
+    return text, values, tuple(done)
+
+
+def _collapse_address_space_specializations(src: str, loc: _Locator) -> str:
+    """Partial specialisations that differ only in address spaces: the compiled build keeps the first
+    of each set (the others would redefine it), the lint build all of them."""
+    seen: set[tuple[str, str]] = set()
+    spans: list[tuple[int, int]] = []
+    for m in _SPECIALIZATION.finditer(src):
+        open_angle = m.end() - 1
+        try:
+            close = _matching_angle(src, open_angle)
+        except TranslateError:
+            continue
+        args = src[open_angle + 1 : close]
+        if not _SPACE_WORDS.search(args) and not re.search(r"\bconstant\b", args):
+            continue
+        key_args = re.sub(r"\bconstant\b", "const", _SPACE_WORDS.sub(" ", args))
+        key = (m.group(3), " ".join(key_args.split()))
+        body = src.find("{", close)
+        semi = src.find(";", close)
+        if body < 0 or (0 <= semi < body):
+            continue
+        end = _matching(src, body, "{", "}")
+        tail = re.match(r"\s*;", src[end + 1 :])
+        end = end + 1 + (tail.end() if tail else 0)
+        if key in seen:
+            spans.append((m.start(), end))
+        else:
+            seen.add(key)
+    if not spans:
+        return src
+    out, last = [], 0
+    for start, end in spans:
+        out.append(src[last:start])
+        name, line = loc.where(start)
+        _, end_line = loc.where(end)
+        quoted = name  # as spelled in the line marker (already escaped)
+        line_start = src.rfind("\n", 0, start) + 1
+        col = " " * (start - line_start)
+        out.append(f'\n#ifdef METILE_LINT\n#line {line} "{quoted}"\n{col}{src[start:end]}\n#endif\n')
+        out.append(f'#line {end_line} "{quoted}"\n' + " " * (end - (src.rfind("\n", 0, end) + 1)))
+        last = end
+    out.append(src[last:])
+    return "".join(out)
+
+
+def _find_kernel(src: str, name: str, loc: _Locator) -> tuple[re.Match, str]:
+    """The definition of kernel `name` and the C++ function the entry point calls."""
+    for inst in _INSTANTIATION.finditer(src):
+        host = "".join(re.findall(r'"([^"]*)"', inst.group(1)))
+        if host != name:
+            continue
+        func = inst.group(2)
+        open_angle = inst.end() - 1
+        close = _matching_angle(src, open_angle)
+        targs = " ".join(src[open_angle + 1 : close].split())
+        defs = [k for k in _KERNEL_DEF.finditer(src) if k.group(1) == func and k.start() < inst.start()]
+        if not defs:
+            raise TranslateError(f"{loc.at(inst.start())}: `{name}` instantiates `{func}`, which is no kernel template")
+        return defs[-1], f"{func}<{targs}>"
+    kernels = [k for k in _KERNEL_DEF.finditer(src) if k.group(1) == name]
+    if kernels:
+        return kernels[0], name
+    found = [k.group(1) for k in _KERNEL_DEF.finditer(src)]
+    found += ["".join(re.findall(r'"([^"]*)"', i.group(1))) for i in _INSTANTIATION.finditer(src)]
+    listed = ", ".join(found[:20]) + (", ..." if len(found) > 20 else "") if found else "none"
+    raise TranslateError(f"no kernel named {name!r} in the source (kernels found: {listed})")
+
+
+def translate(
+    source: str,
+    name: str,
+    *,
+    include_dirs: Sequence[str | os.PathLike] = (),
+    function_constants: Mapping[int | str, FunctionConstant] | None = None,
+) -> Translation:
+    """Translate kernel `name` of `source`. `include_dirs` are searched for the source's own
+    headers; `function_constants` give values (by index or name) to its function constants."""
     filename = f"{name}.metal"
+    if needs_preprocessing(source, include_dirs):
+        try:
+            source = preprocess(source, filename, include_dirs)
+        except PreprocessError as e:
+            raise TranslateError(str(e)) from None
     src = strip_comments(source)
-    kernels = list(_KERNEL.finditer(src))
-    match = next((k for k in kernels if k.group(1) == name), None)
-    if match is None:
-        found = ", ".join(k.group(1) for k in kernels) or "none"
-        raise TranslateError(f"no kernel named {name!r} in the source (kernels found: {found})")
+    loc = _Locator(src, filename)
+    src, values, constants = _specialize_constants(src, loc, function_constants or {})
+    loc = _Locator(src, filename)
+    match, function = _find_kernel(src, name, loc)
     open_pos = match.end() - 1
-    close_pos = _matching_paren(src, open_pos)
-    line = _line_of(src, open_pos)
+    close_pos = _matching(src, open_pos)
+    where = loc.at(open_pos)
     raw_params = [p for p in _split_top_level(src[open_pos + 1 : close_pos]) if p.strip()]
-    params = []
-    for text in raw_params:
-        p = _parse_param(text, filename, line)
-        params.append(p)
+    params = [_parse_param(text, where) for text in raw_params]
     seen = set()
     for p in params:
         if p.kind != "position":
             key = (p.kind, p.index)
             if key in seen:
-                raise TranslateError(f"{filename}:{line}: two parameters bound to [[{p.kind}({p.index})]]")
+                raise TranslateError(f"{where}: two parameters bound to [[{p.kind}({p.index})]]")
             seen.add(key)
+        if p.condition is not None and p.condition not in values:
+            raise TranslateError(
+                f"{where}: parameter `{p.name}` exists under [[function_constant({p.condition})]], "
+                "which is no function constant of the source"
+            )
 
     # Attributes are read; blank them all (clang would only warn, but an
     # attribute like [[buffer(0)]] must not reach the threadgroup rewrite).
     src = re.sub(r"\[\[.*?\]\]", lambda m: _blank(m.group()), src)
-    src = _rewrite_threadgroup(src, filename)
-    src = _VECTOR_CTOR.sub(r"__metile::make<\1>(", src)
-    src = _VEC_TEMPLATE_CTOR.sub(r"__metile::make<vec<\1>>(", src)
-    # Parameter types as rewritten (threadgroup -> METILE_TG_PTR).
+    src = _collapse_address_space_specializations(src, loc)
+    loc = _Locator(src, filename)
+    src = _rewrite_threadgroup(src, loc)
+    src = _vector_constructors(src)
     params = [
         Param(
             p.name,
             p.kind,
             p.index,
             p.attribute,
-            _rewrite_threadgroup(p.ctype, filename) if p.kind == "threadgroup" else p.ctype,
+            _rewrite_threadgroup(p.ctype, None) if p.kind == "threadgroup" else p.ctype,
             p.elem,
             p.is_pointer,
             p.is_reference,
             p.address_space,
+            p.condition,
+            p.condition is None or values[p.condition] != "false",
         )
         for p in params
     ]
-    cpp = f'#line 1 "{filename}"\n{src}\n'
-    return Translation(name, filename, cpp, tuple(params))
+    cpp = src if re.match(r'# 1 "', src) else f'#line 1 "{filename}"\n{src}'
+    if not cpp.endswith("\n"):
+        cpp += "\n"
+    return Translation(name, filename, cpp, tuple(params), function, constants)
 
 
-def _argument(p: Param) -> str:
+def _argument(i: int, p: Param) -> str:
+    arg = f"__metile_sig::arg<{i}>"
     if p.kind == "position":
         if p.attribute in POSITION_ARRAYS:
-            n = int(p.elem[-1]) if p.elem[-1] in "23" else 1
-            comps = ", ".join(f"c->{p.attribute}[{k}]" for k in range(n))
-            return f"__metile::make<{p.elem}>({comps})" if n > 1 else f"({p.elem})c->{p.attribute}[0]"
-        return f"({p.elem})c->{POSITION_SCALARS[p.attribute]}"
+            return f"__metile::bind_position<{arg}>(c->{p.attribute})"
+        return f"__metile::bind_scalar<{arg}>(c->{POSITION_SCALARS[p.attribute]})"
     table = "c->buffers" if p.kind == "buffer" else "c->tg_buffers"
-    if p.is_reference:
-        return f"*({p.ctype.replace('&', '*')}){table}[{p.index}]"
-    if p.is_pointer:
-        return f"({p.ctype}){table}[{p.index}]"
-    return f"*({p.ctype}*){table}[{p.index}]"  # by-value buffer argument
+    return f"__metile::bind_buffer<{arg}>({table}[{p.index}])"
 
 
 def entry_point(t: Translation) -> str:
     """C++ appended to the kernel: the thread entry and the kernel descriptor."""
-    args = ",\n      ".join(_argument(p) for p in t.params)
+    args = ",\n      ".join(_argument(i, p) for i, p in enumerate(t.params))
     return f"""
 #line 1 "<metile-entry>"
 #include "emu_abi.h"
 extern "C" __attribute__((no_sanitize("thread"))) void metile_thread_entry(const metile_thread_ctx* c) {{
-  {t.name}(
+  using __metile_sig = __metile::signature<decltype({t.function})>;
+  {t.function}(
       {args});
 }}
 extern "C" char __start_metile_tg[] __attribute__((weak, visibility("hidden")));
