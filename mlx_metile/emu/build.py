@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from .. import cache
-from .preprocess import METAL_DEFINES
+from .preprocess import KERNEL_STD, METAL_DEFINES
 from .toolchain import cache_dir, find_clang, run_clang, tool_beside_clang
 from .translate import Translation, entry_point
 
@@ -22,7 +22,6 @@ RUNTIME = HERE / "runtime"
 EMULATOR_VERSION = "1"
 
 COMMON_FLAGS = [
-    "-std=c++17",
     "-fPIC",
     "-fno-exceptions",
     "-fno-rtti",
@@ -38,6 +37,7 @@ COMMON_FLAGS = [
 KERNEL_FLAGS = [
     "-x",
     "c++",
+    KERNEL_STD,
     "-O2",
     "-gline-tables-only",
     "-include",
@@ -46,7 +46,6 @@ KERNEL_FLAGS = [
     "-Wno-unknown-attributes",
     "-Wno-unknown-pragmas",
     "-Wno-duplicate-decl-specifier",
-    "-Werror=double-promotion",
     "-Werror=return-type",
     "-Werror=vla",
     "-Werror=infinite-recursion",
@@ -108,7 +107,7 @@ def runtime_library() -> Path:
         if cache.verified(lib, fp):
             return lib
         tmp = cache.temporary(lib)
-        args = [*COMMON_FLAGS, "-O2", "-g", "-U_FORTIFY_SOURCE", "-shared", "--rtlib=compiler-rt"]
+        args = [*COMMON_FLAGS, "-std=c++17", "-O2", "-g", "-U_FORTIFY_SOURCE", "-shared", "--rtlib=compiler-rt"]
         args += [f"-Wl,-soname,{lib.name}"]
         try:
             res = run_clang([*args, str(RUNTIME / "runtime.cpp"), "-o", str(tmp), "-ldl", "-lstdc++"])
@@ -234,13 +233,17 @@ def build_kernel(t: Translation, extra_flags: tuple[str, ...] = ()) -> Path:
 
 
 def symbolize(so: Path, offset: int) -> str | None:
-    """file:line in the kernel's MSL for a code offset (a return address)."""
+    """file:line in the kernel's source for a code offset (a return address): the innermost inlined
+    frame that is the kernel's own code (its .metal file or its headers), not the emulator's."""
     tool = tool_beside_clang("llvm-symbolizer")
     if not tool or offset <= 0:
         return None
     res = subprocess.run([tool, f"--obj={so}", hex(offset - 1)], capture_output=True, text=True, check=False)
+    shim = str(INCLUDE.resolve())
     for line in res.stdout.split("\n"):
-        m = re.match(r"(.*\.metal):(\d+)", line.strip())
-        if m:
+        m = re.match(r"(.+):(\d+):\d+$", line.strip())
+        if not m or m.group(1).startswith("<") or os.path.abspath(m.group(1)).startswith(shim):
+            continue
+        if m.group(1).endswith((".metal", ".h", ".hpp", ".inc")) or "." not in os.path.basename(m.group(1)):
             return f"{os.path.basename(m.group(1))}:{m.group(2)}"
     return None

@@ -21,6 +21,9 @@ from .toolchain import cache_dir, run_clang
 HERE = Path(__file__).parent
 INCLUDE = HERE / "include"
 
+# Metal 4's tensor ops take class-type template arguments (matmul2d<descriptor, scope>): C++20.
+KERNEL_STD = "-std=c++20"
+
 # What the Metal compiler predefines and the emulator stands for (Metal 4 with tensors, macOS).
 METAL_DEFINES = (
     "-D__METAL__=1",
@@ -99,7 +102,7 @@ def preprocess(source: str, filename: str, include_dirs: Sequence[str | os.PathL
     with tempfile.TemporaryDirectory(prefix="metile-pp-") as work:
         src = Path(work) / filename
         src.write_text(source)
-        args = ["-x", "c++", "-std=c++17", "-E", "-nostdinc", "-nostdinc++", "-Wno-unknown-pragmas"]
+        args = ["-x", "c++", KERNEL_STD, "-E", "-nostdinc", "-nostdinc++", "-Wno-unknown-pragmas"]
         args += [*METAL_DEFINES, *(f"-I{d}" for d in dirs), "-isystem", str(stubs)]
         res = run_clang([*args, str(src)])
         if res.returncode != 0:

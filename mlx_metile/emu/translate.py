@@ -279,7 +279,7 @@ def _statement_end(src: str, pos: int) -> int:
 def _declarator_stop(src: str, pos: int) -> int:
     """Where the declaration after a `threadgroup` word stops being a type and name: the first
     `; = , { >` outside brackets, or a `)` / `]` closing one opened before it."""
-    depth = 0
+    depth = angle = 0
     for i in range(pos, len(src)):
         ch = src[i]
         if ch in "([":
@@ -288,7 +288,11 @@ def _declarator_stop(src: str, pos: int) -> int:
             if depth == 0:
                 return i
             depth -= 1
-        elif depth == 0 and ch in ";=,{>":
+        elif ch == "<" and depth == 0:
+            angle += 1
+        elif ch == ">" and depth == 0 and angle > 0:
+            angle -= 1
+        elif depth == 0 and angle == 0 and ch in ";=,{>":
             return i
     return len(src)
 
@@ -447,21 +451,253 @@ def _collapse_address_space_specializations(src: str, loc: _Locator) -> str:
             spans.append((m.start(), end))
         else:
             seen.add(key)
+    return _lint_only(src, spans, loc)
+
+
+_THIS_SPACE = re.compile(r"\)((?:\s*\b(?:const|volatile)\b)*)\s*\b(thread|threadgroup|device|constant)\b(?=\s*(?:[{:;=]|noexcept\b|->))")
+
+
+def _skip_balanced(src: str, i: int) -> int:
+    """Index just past the bracket group opening at src[i]."""
+    pairs = {"(": ")", "[": "]", "{": "}"}
+    return _matching(src, i, src[i], pairs[src[i]]) + 1
+
+
+def _member_end(src: str, pos: int) -> int:
+    """Index just past the member function whose declarator ends at pos: its body (after any
+    constructor initializers), `= default;` or `;`."""
+    i, n = pos, len(src)
+    initializers = False
+    while i < n:
+        ch = src[i]
+        if ch == ";":
+            return i + 1
+        if ch == ":" and not initializers and not src.startswith("::", i):
+            initializers = True
+        elif ch in "([":
+            i = _skip_balanced(src, i)
+            continue
+        elif ch == "{":
+            before = src[:i].rstrip()
+            if initializers and before and (before[-1].isalnum() or before[-1] in "_>"):
+                i = _skip_balanced(src, i)  # a brace initializer `member{...}`
+                continue
+            return _skip_balanced(src, i)
+        i += 1
+    return n
+
+
+def _declaration_start(src: str, pos: int) -> int:
+    """Start of the declaration containing pos: just after the previous `;`, `{` or `}` at depth 0."""
+    depth = 0
+    for i in range(pos - 1, -1, -1):
+        ch = src[i]
+        if ch in ")]":
+            depth += 1
+        elif ch in "([":
+            depth -= 1
+        elif depth == 0 and ch in ";{}":
+            return i + 1
+    return 0
+
+
+def _strip_this_address_spaces(src: str) -> str:
+    """Member functions qualified by the address space of `this` (`f() const thread`, `T() device`):
+    the emulator has one memory, so the qualifier goes, and of overloads that differed only in it the
+    first is kept (the others are blanked)."""
+    seen: set[tuple[int, str]] = set()
+    edits: list[tuple[int, int, str]] = []
+    covered = -1
+    for m in _THIS_SPACE.finditer(src):
+        if m.start() < covered:
+            continue
+        try:
+            open_paren = _matching_backward(src, m.start())
+        except TranslateError:
+            continue
+        start = _declaration_start(src, open_paren)
+        scope = _enclosing_brace(src, start)
+        head = re.sub(r"\b(?:public|private|protected)\s*:", " ", src[start : m.start() + 1])
+        key = (scope, " ".join((head + m.group(1)).split()))
+        if key in seen:
+            end = _member_end(src, m.end())
+            edits.append((start, end, _blank(src[start:end])))
+            covered = end
+        else:
+            seen.add(key)
+            q = m.start(2)
+            edits.append((q, m.end(2), " " * (m.end(2) - q)))
+    if not edits:
+        return src
+    out, last = [], 0
+    for a, b, text in sorted(edits):
+        if a < last:
+            continue
+        out.append(src[last:a])
+        out.append(text)
+        last = b
+    out.append(src[last:])
+    return "".join(out)
+
+
+def _enclosing_brace(src: str, pos: int) -> int:
+    """Position of the unmatched `{` enclosing pos (-1 at namespace scope of the file)."""
+    depth = 0
+    for i in range(pos - 1, -1, -1):
+        if src[i] == "}":
+            depth += 1
+        elif src[i] == "{":
+            if depth == 0:
+                return i
+            depth -= 1
+    return -1
+
+
+def _matching_backward(src: str, close_pos: int) -> int:
+    depth = 0
+    for i in range(close_pos, -1, -1):
+        if src[i] == ")":
+            depth += 1
+        elif src[i] == "(":
+            depth -= 1
+            if depth == 0:
+                return i
+    raise TranslateError("unbalanced parentheses")
+
+
+_SPACE_ANY = re.compile(r"\b(?:device|threadgroup|constant|thread)\b")
+_FUNCTION_HEAD = re.compile(r"\)\s*(?:(?:const|volatile|noexcept|override|final)\b\s*)*(?:->[^{;]*)?$")
+_CTOR_HEAD = re.compile(r"\)\s*:[^:].*$", re.S)
+_SCOPE_HEAD = re.compile(r"\b(?:struct|class|union|namespace)\b|\bextern\s*\"C\"")
+
+
+def _space_key(text: str) -> str:
+    """A declaration head with its address spaces removed, as the compiled build sees it."""
+    text = re.sub(r"\bconstant\b", "const", text)
+    text = re.sub(r"\b(?:device|threadgroup|thread)\b", " ", text)
+    text = re.sub(r"\b(?:public|private|protected)\s*:", " ", text)
+    text = " ".join(text.split())
+    while "const const" in text:
+        text = text.replace("const const", "const")
+    return text
+
+
+def _function_definitions(src: str, lo: int, hi: int, scope: int, out: list) -> None:
+    """Function definitions at namespace and class scope in src[lo:hi] as (start, end, head,
+    scope): function bodies are skipped, class and namespace bodies entered."""
+    i, start = lo, lo
+    while i < hi:
+        ch = src[i]
+        if ch == ";":
+            start = i + 1
+        elif ch == '"':
+            j = i + 1
+            while j < hi and src[j] != '"':
+                j += 2 if src[j] == "\\" else 1
+            i = j + 1
+            continue
+        elif ch == "#" and (i == 0 or src[i - 1] == "\n"):
+            j = src.find("\n", i)
+            i = hi if j < 0 else j
+            start = i
+            continue
+        elif ch in "([":
+            i = _skip_balanced(src, i)
+            continue
+        elif ch == "{":
+            close = _matching(src, i, "{", "}")
+            bare = " ".join(src[start:i].split())
+            if _FUNCTION_HEAD.search(bare) or _CTOR_HEAD.search(bare):
+                out.append((start, close + 1, src[start:i], scope))
+                i = close + 1
+                start = i
+                continue
+            if _SCOPE_HEAD.search(bare) and "=" not in bare:
+                _function_definitions(src, i + 1, close, i, out)
+                i = close + 1
+                continue  # a class head runs on to its `;`
+            i = close + 1
+            continue
+        elif ch == "}":
+            start = i + 1
+        i += 1
+
+
+def _collapse_address_space_overloads(src: str, loc: _Locator) -> str:
+    """Functions overloaded on address spaces only (`f(device T& a)`, `f(threadgroup T& a)`): the
+    compiled build keeps the first of each set, the lint build all of them."""
+    defs: list = []
+    try:
+        _function_definitions(src, 0, len(src), -1, defs)
+    except TranslateError:
+        return src
+    seen: set[tuple[int, str]] = set()
+    spans = []
+    for start, end, head, scope in defs:
+        if not _SPACE_ANY.search(head):
+            continue
+        key = (scope, _space_key(head))
+        if key in seen:
+            spans.append((start, end))
+        else:
+            seen.add(key)
+    return _lint_only(src, spans, loc)
+
+
+def _lint_only(src: str, spans: list[tuple[int, int]], loc: _Locator) -> str:
+    """Wraps each span in `#ifdef METILE_LINT`, with line markers keeping the lines after it."""
     if not spans:
         return src
     out, last = [], 0
-    for start, end in spans:
+    for start, end in sorted(spans):
+        while start < end and src[start] in " \t\n":
+            start += 1
+        if start < last:
+            continue
         out.append(src[last:start])
         name, line = loc.where(start)
         _, end_line = loc.where(end)
-        quoted = name  # as spelled in the line marker (already escaped)
-        line_start = src.rfind("\n", 0, start) + 1
-        col = " " * (start - line_start)
-        out.append(f'\n#ifdef METILE_LINT\n#line {line} "{quoted}"\n{col}{src[start:end]}\n#endif\n')
-        out.append(f'#line {end_line} "{quoted}"\n' + " " * (end - (src.rfind("\n", 0, end) + 1)))
+        col = " " * (start - (src.rfind("\n", 0, start) + 1))
+        out.append(f'\n#ifdef METILE_LINT\n#line {line} "{name}"\n{col}{src[start:end]}\n#endif\n')
+        out.append(f'#line {end_line} "{name}"\n' + " " * (end - (src.rfind("\n", 0, end) + 1)))
         last = end
     out.append(src[last:])
     return "".join(out)
+
+
+_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'')
+_FLOAT_LITERAL = re.compile(r"(?<![\w.])((?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)(h|H|bf|BF|f|F)?(?![\w.])")
+
+
+def _float_literals(src: str) -> str:
+    """Floating literals as MSL types them: no suffix is float (there is no double), `h` half,
+    `bf` bfloat. String and character literals are left alone."""
+
+    def literal(m: re.Match) -> str:
+        digits, suffix = m.group(1), (m.group(2) or "").lower()
+        if suffix == "f":
+            return m.group()
+        if suffix == "h":
+            return f"((half){digits}f)"
+        if suffix == "bf":
+            return f"((bfloat){digits}f)"
+        return f"{digits}f"
+
+    out, last = [], 0
+    for m in _STRING.finditer(src):
+        out.append(_FLOAT_LITERAL.sub(literal, src[last : m.start()]))
+        out.append(m.group())
+        last = m.end()
+    out.append(_FLOAT_LITERAL.sub(literal, src[last:]))
+    return "".join(out)
+
+
+_ARRAY_PARAM = re.compile(r"\b(device|constant|threadgroup)\b([^,;(){}\[\]=]*?)\b(\w+)\s*\[[^\]]*\](?=\s*[,)])")
+
+
+def _array_parameters(src: str) -> str:
+    """`constant T a[N]` as a parameter is a pointer into that address space: spelled so."""
+    return _ARRAY_PARAM.sub(lambda m: f"{m.group(1)}{m.group(2)}*{m.group(3)}", src)
 
 
 def _find_kernel(src: str, name: str, loc: _Locator) -> tuple[re.Match, str]:
@@ -528,7 +764,11 @@ def translate(
     # Attributes are read; blank them all (clang would only warn, but an
     # attribute like [[buffer(0)]] must not reach the threadgroup rewrite).
     src = re.sub(r"\[\[.*?\]\]", lambda m: _blank(m.group()), src)
+    src = _strip_this_address_spaces(src)
     src = _collapse_address_space_specializations(src, loc)
+    loc = _Locator(src, filename)
+    src = _collapse_address_space_overloads(src, loc)
+    src = _array_parameters(_float_literals(src))
     loc = _Locator(src, filename)
     src = _rewrite_threadgroup(src, loc)
     src = _vector_constructors(src)
