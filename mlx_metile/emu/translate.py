@@ -454,7 +454,9 @@ def _collapse_address_space_specializations(src: str, loc: _Locator) -> str:
     return _lint_only(src, spans, loc)
 
 
-_THIS_SPACE = re.compile(r"\)((?:\s*\b(?:const|volatile)\b)*)\s*\b(thread|threadgroup|device|constant)\b(?=\s*(?:[{:;=]|noexcept\b|->))")
+_THIS_SPACE = re.compile(
+    r"\)((?:\s*\b(?:const|volatile)\b)*)\s*\b(thread|threadgroup|device|constant)\b(?=\s*(?:[{:;=]|noexcept\b|->))"
+)
 
 
 def _skip_balanced(src: str, i: int) -> int:

@@ -71,6 +71,9 @@ struct coord {
 
 enum { LEFT = 0, RIGHT = 1, DESTINATION = 2 };
 
+template <class T, int V>
+constexpr __SIZE_TYPE__ dep = V > 0 ? (__SIZE_TYPE__)V : 0;
+
 template <int Operand, int Rows, int Cols, int Scope>
 struct matrix_layout {
   static_assert(Rows > 0 && Cols > 0, "matmul2d: cooperative operands need static m, n and k");
@@ -376,14 +379,18 @@ class matmul2d {
 
   matmul2d() = default;
 
+  // (The extents depend on the element type only so that a descriptor with a dynamic k, whose
+  // inputs cannot be cooperative, still names these types.)
   template <class LeftElementType, class RightElementType, class ElementType, class CoordType = int, class... A>
-  using cooperative_tensor_left_input_t =
-      metal::cooperative_tensor<LeftElementType, metal::extents<int, __left_layout::cols, __left_layout::rows>,
-                                __left_layout>;
+  using cooperative_tensor_left_input_t = metal::cooperative_tensor<
+      LeftElementType,
+      metal::extents<int, __detail::dep<LeftElementType, TL ? M : K>, __detail::dep<LeftElementType, TL ? K : M>>,
+      __left_layout>;
   template <class LeftElementType, class RightElementType, class ElementType, class CoordType = int, class... A>
-  using cooperative_tensor_right_input_t =
-      metal::cooperative_tensor<RightElementType, metal::extents<int, __right_layout::cols, __right_layout::rows>,
-                                __right_layout>;
+  using cooperative_tensor_right_input_t = metal::cooperative_tensor<
+      RightElementType,
+      metal::extents<int, __detail::dep<RightElementType, TR ? K : N>, __detail::dep<RightElementType, TR ? N : K>>,
+      __right_layout>;
   template <class LeftOperand, class RightOperand, class ElementType, class CoordType = int, class... A>
   using cooperative_tensor_destination_t =
       metal::cooperative_tensor<ElementType, metal::extents<int, N, M>, __destination_layout>;
