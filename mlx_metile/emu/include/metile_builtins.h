@@ -266,10 +266,10 @@ inline ushort __metal_get_thread_index_in_simdgroup(ushort) { return (ushort)met
 inline uint __metal_get_thread_index_in_simdgroup(uint) { return metile_rt_lane(); }
 inline ushort __metal_get_simdgroup_size(ushort) { return 32; }
 inline uint __metal_get_simdgroup_size(uint) { return 32; }
-#define METILE_SIMD_BUILTIN1(NAME)                     \
-  template <class T>                                   \
-  inline T __metal_simd_##NAME(T v, METILE_SITE) {     \
-    return metal::simd_##NAME(v, __file, __line);      \
+#define METILE_SIMD_BUILTIN1(NAME)                 \
+  template <class T>                               \
+  inline T __metal_simd_##NAME(T v, METILE_SITE) { \
+    return metal::simd_##NAME(v, __file, __line);  \
   }
 METILE_SIMD_BUILTIN1(sum)
 METILE_SIMD_BUILTIN1(product)
@@ -281,10 +281,10 @@ METILE_SIMD_BUILTIN1(prefix_exclusive_sum)
 METILE_SIMD_BUILTIN1(prefix_inclusive_product)
 METILE_SIMD_BUILTIN1(prefix_exclusive_product)
 #undef METILE_SIMD_BUILTIN1
-#define METILE_SIMD_BUILTIN2(NAME)                              \
-  template <class T>                                            \
-  inline T __metal_simd_##NAME(T v, ushort a, METILE_SITE) {    \
-    return metal::simd_##NAME(v, a, __file, __line);            \
+#define METILE_SIMD_BUILTIN2(NAME)                           \
+  template <class T>                                         \
+  inline T __metal_simd_##NAME(T v, ushort a, METILE_SITE) { \
+    return metal::simd_##NAME(v, a, __file, __line);         \
   }
 METILE_SIMD_BUILTIN2(broadcast)
 METILE_SIMD_BUILTIN2(shuffle)

@@ -201,9 +201,9 @@ void run_impl(void* const* ctxs, int count) {
   using LT = operand_traits<L>;
   using RT = operand_traits<R>;
   using DT = operand_traits<Dst>;
-  using Acc = metal::conditional_t<metal::is_integral<typename LT::elem>::value &&
-                                       metal::is_integral<typename RT::elem>::value,
-                                   int, float>;
+  using Acc =
+      metal::conditional_t<metal::is_integral<typename LT::elem>::value && metal::is_integral<typename RT::elem>::value,
+                           int, float>;
   constexpr int M = D.m, N = D.n;
   constexpr bool static_k = D.k > 0;
   check_uniform<L>(ctxs, count, 0);
@@ -348,8 +348,9 @@ void reduce_impl(void* const* ctxs, int count) {
       int r = AlongRows ? p : q, c = AlongRows ? q : p;
       if (!valid[r][c]) continue;
       float x = m[r][c];
-      a = self.op == reduction_operation::sum ? a + x : self.op == reduction_operation::max ? (x > a ? x : a)
-                                                                                           : (x < a ? x : a);
+      a = self.op == reduction_operation::sum   ? a + x
+          : self.op == reduction_operation::max ? (x > a ? x : a)
+                                                : (x < a ? x : a);
     }
     out[p] = a;
   }
@@ -363,8 +364,9 @@ void reduce_impl(void* const* ctxs, int count) {
 
 template <matmul2d_descriptor Descriptor, class Scope, class... Args>
 class matmul2d {
-  static_assert(Scope::__simdgroups >= 0, "matmul2d: the emulator runs execution_simdgroup and "
-                                          "execution_simdgroups<N> scopes, not execution_thread");
+  static_assert(Scope::__simdgroups >= 0,
+                "matmul2d: the emulator runs execution_simdgroup and "
+                "execution_simdgroups<N> scopes, not execution_thread");
   static_assert(Descriptor.m > 0 && Descriptor.n > 0, "matmul2d: m and n must be static and positive");
   static constexpr int S = Scope::__simdgroups;
   static constexpr int M = Descriptor.m, N = Descriptor.n, K = Descriptor.k;
@@ -465,8 +467,8 @@ inline void reduce_rows(metal::cooperative_tensor<E, SX, SL>& source, metal::coo
                 "of the source's operation");
   using S = metal::cooperative_tensor<E, SX, SL>;
   using D = metal::cooperative_tensor<E, DX, DL>;
-  __detail::reduce_ctx ctx{&source, &destination, metile_rt_lane(), __detail::scope_simdgroup(SL::scope), op,
-                           (float)identity};
+  __detail::reduce_ctx ctx{&source, &destination,   metile_rt_lane(), __detail::scope_simdgroup(SL::scope),
+                           op,      (float)identity};
   metile_rt_group_op(SL::scope, &ctx, &__detail::reduce_impl<true, S, D>, "reduce_rows", __file, __line);
 }
 
@@ -480,8 +482,8 @@ inline void reduce_columns(metal::cooperative_tensor<E, SX, SL>& source,
                 "tensor of the source's operation");
   using S = metal::cooperative_tensor<E, SX, SL>;
   using D = metal::cooperative_tensor<E, DX, DL>;
-  __detail::reduce_ctx ctx{&source, &destination, metile_rt_lane(), __detail::scope_simdgroup(SL::scope), op,
-                           (float)identity};
+  __detail::reduce_ctx ctx{&source, &destination,   metile_rt_lane(), __detail::scope_simdgroup(SL::scope),
+                           op,      (float)identity};
   metile_rt_group_op(SL::scope, &ctx, &__detail::reduce_impl<false, S, D>, "reduce_columns", __file, __line);
 }
 

@@ -8,8 +8,8 @@
 //
 // Included after metile_metal.h's address-space macros: nothing here spells an address space.
 #pragma once
-#include "metile_metal.h"
 #include "emu_abi.h"
+#include "metile_metal.h"
 
 namespace metal {
 

@@ -128,10 +128,10 @@ template <class T>
 struct remove_address_space {
   using type = T;
 };
-#define METILE_AS(N)                                            \
-  template <class T>                                            \
+#define METILE_AS(N)                                                 \
+  template <class T>                                                 \
   struct remove_address_space<__attribute__((address_space(N))) T> { \
-    using type = T;                                             \
+    using type = T;                                                  \
   };
 METILE_AS(1)
 METILE_AS(2)
@@ -263,22 +263,22 @@ template <class T>
 struct make_unsigned {};
 template <class T>
 struct make_signed {};
-#define METILE_SIGN_PAIR(S, U)  \
-  template <>                   \
-  struct make_unsigned<S> {     \
-    using type = U;             \
-  };                            \
-  template <>                   \
-  struct make_unsigned<U> {     \
-    using type = U;             \
-  };                            \
-  template <>                   \
-  struct make_signed<S> {       \
-    using type = S;             \
-  };                            \
-  template <>                   \
-  struct make_signed<U> {       \
-    using type = S;             \
+#define METILE_SIGN_PAIR(S, U) \
+  template <>                  \
+  struct make_unsigned<S> {    \
+    using type = U;            \
+  };                           \
+  template <>                  \
+  struct make_unsigned<U> {    \
+    using type = U;            \
+  };                           \
+  template <>                  \
+  struct make_signed<S> {      \
+    using type = S;            \
+  };                           \
+  template <>                  \
+  struct make_signed<U> {      \
+    using type = S;            \
   };
 METILE_SIGN_PAIR(signed char, unsigned char)
 METILE_SIGN_PAIR(short, unsigned short)
@@ -295,19 +295,19 @@ template <class T>
 struct numeric_limits {
   static constexpr bool is_specialized = false;
 };
-#define METILE_INT_LIMITS(T, LO, HI, DIGITS, SIGNED)           \
-  template <>                                                  \
-  struct numeric_limits<T> {                                   \
-    static constexpr bool is_specialized = true;               \
-    static constexpr bool is_signed = SIGNED;                  \
-    static constexpr bool is_integer = true;                   \
-    static constexpr int digits = DIGITS;                      \
-    static constexpr T min() noexcept { return LO; }           \
-    static constexpr T lowest() noexcept { return LO; }        \
-    static constexpr T max() noexcept { return HI; }           \
-    static constexpr T epsilon() noexcept { return (T)0; }     \
-    static constexpr T infinity() noexcept { return (T)0; }    \
-    static constexpr T quiet_NaN() noexcept { return (T)0; }   \
+#define METILE_INT_LIMITS(T, LO, HI, DIGITS, SIGNED)         \
+  template <>                                                \
+  struct numeric_limits<T> {                                 \
+    static constexpr bool is_specialized = true;             \
+    static constexpr bool is_signed = SIGNED;                \
+    static constexpr bool is_integer = true;                 \
+    static constexpr int digits = DIGITS;                    \
+    static constexpr T min() noexcept { return LO; }         \
+    static constexpr T lowest() noexcept { return LO; }      \
+    static constexpr T max() noexcept { return HI; }         \
+    static constexpr T epsilon() noexcept { return (T)0; }   \
+    static constexpr T infinity() noexcept { return (T)0; }  \
+    static constexpr T quiet_NaN() noexcept { return (T)0; } \
   };
 METILE_INT_LIMITS(bool, false, true, 1, false)
 METILE_INT_LIMITS(char, (char)-128, (char)127, 7, true)
@@ -320,22 +320,24 @@ METILE_INT_LIMITS(unsigned int, 0u, 4294967295u, 32, false)
 METILE_INT_LIMITS(long, -9223372036854775807l - 1, 9223372036854775807l, 63, true)
 METILE_INT_LIMITS(unsigned long, 0ul, 18446744073709551615ul, 64, false)
 #undef METILE_INT_LIMITS
-#define METILE_FLOAT_LIMITS(T, BITS, MINBITS, MAXBITS, EPSBITS, DIGITS)                          \
-  template <>                                                                                   \
-  struct numeric_limits<T> {                                                                    \
-    static constexpr bool is_specialized = true;                                                \
-    static constexpr bool is_signed = true;                                                     \
-    static constexpr bool is_integer = false;                                                   \
-    static constexpr bool has_infinity = true;                                                  \
-    static constexpr bool has_quiet_NaN = true;                                                 \
-    static constexpr int digits = DIGITS;                                                       \
-    static constexpr T min() noexcept { return __builtin_bit_cast(T, (BITS)MINBITS); }          \
-    static constexpr T max() noexcept { return __builtin_bit_cast(T, (BITS)MAXBITS); }          \
-    static constexpr T lowest() noexcept { return -max(); }                                     \
-    static constexpr T epsilon() noexcept { return __builtin_bit_cast(T, (BITS)EPSBITS); }      \
+#define METILE_FLOAT_LIMITS(T, BITS, MINBITS, MAXBITS, EPSBITS, DIGITS)                           \
+  template <>                                                                                     \
+  struct numeric_limits<T> {                                                                      \
+    static constexpr bool is_specialized = true;                                                  \
+    static constexpr bool is_signed = true;                                                       \
+    static constexpr bool is_integer = false;                                                     \
+    static constexpr bool has_infinity = true;                                                    \
+    static constexpr bool has_quiet_NaN = true;                                                   \
+    static constexpr int digits = DIGITS;                                                         \
+    static constexpr T min() noexcept { return __builtin_bit_cast(T, (BITS)MINBITS); }            \
+    static constexpr T max() noexcept { return __builtin_bit_cast(T, (BITS)MAXBITS); }            \
+    static constexpr T lowest() noexcept { return -max(); }                                       \
+    static constexpr T epsilon() noexcept { return __builtin_bit_cast(T, (BITS)EPSBITS); }        \
     static constexpr T infinity() noexcept { return __builtin_bit_cast(T, (BITS)(MAXBITS + 1)); } \
-    static constexpr T quiet_NaN() noexcept { return __builtin_bit_cast(T, (BITS)(MAXBITS + 1 + (1u << (DIGITS - 2)))); } \
-    static constexpr T denorm_min() noexcept { return __builtin_bit_cast(T, (BITS)1); }         \
+    static constexpr T quiet_NaN() noexcept {                                                     \
+      return __builtin_bit_cast(T, (BITS)(MAXBITS + 1 + (1u << (DIGITS - 2))));                   \
+    }                                                                                             \
+    static constexpr T denorm_min() noexcept { return __builtin_bit_cast(T, (BITS)1); }           \
   };
 METILE_FLOAT_LIMITS(float, unsigned int, 0x00800000u, 0x7f7fffffu, 0x34000000u, 24)
 METILE_FLOAT_LIMITS(_Float16, unsigned short, 0x0400u, 0x7bffu, 0x1400u, 11)
