@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import cache
 from .preprocess import KERNEL_STD, METAL_DEFINES
 from .toolchain import cache_dir, find_clang, run_clang, tool_beside_clang
-from .translate import Translation, entry_point
+from .translate import UNSET_CONSTANT, Translation, entry_point
 
 HERE = Path(__file__).parent
 INCLUDE = HERE / "include"
@@ -53,6 +53,9 @@ KERNEL_FLAGS = [
 # ThreadSanitizer's instrumentation, with our runtime's callbacks instead of
 # TSan's: every load and store of the kernel is checked and counted.
 INSTRUMENT_FLAGS = [
+    # TSan instruments accesses of 1 to 16 bytes only: no vector code, so none is wider
+    "-fno-vectorize",
+    "-fno-slp-vectorize",
     "-fsanitize=thread",
     "-mllvm",
     "-tsan-instrument-func-entry-exit=0",
@@ -222,8 +225,15 @@ def build_kernel(t: Translation, extra_flags: tuple[str, ...] = ()) -> Path:
             raise CompileError(_clean_diagnostics(res.stderr, workdir))
         # the runtime by its SONAME, found beside the kernel's folder ($ORIGIN/..)
         link = ["-shared", "--rtlib=compiler-rt", str(obj), str(rt), "-Wl,-rpath,$ORIGIN/..", "-o", str(tmp)]
-        res = run_clang(link)
+        res = run_clang([*link, "-lm", "-Wl,-z,defs"])
         if res.returncode != 0:
+            unset = sorted(set(re.findall(UNSET_CONSTANT + r"(\d+)_(\w+)", res.stderr)))
+            if unset:
+                names = ", ".join(f"`{n}` (index {i})" for i, n in unset)
+                raise CompileError(
+                    f"{t.filename}: the kernel uses function constant {names} but no value was given: pass "
+                    "function_constants={index or name: value}"
+                )
             raise CompileError(f"linking {t.name} failed:\n{res.stderr}")
         _install(tmp, so, key)
     finally:

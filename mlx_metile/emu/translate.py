@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from .preprocess import PreprocessError, needs_preprocessing, preprocess
 
 MAX_BUFFER_INDEX = 30
+UNSET_CONSTANT = "metile_unset_function_constant_"
 
 POSITION_ARRAYS = {
     "thread_position_in_grid",
@@ -385,7 +386,6 @@ def _specialize_constants(
         if (isinstance(key, int) and key not in by_index) or (isinstance(key, str) and key not in by_name):
             known = ", ".join(f"{m.group(2)} ({m.group(3)})" for m in declared) or "none"
             raise TranslateError(f"function_constants: {key!r} is not declared in the source (declared: {known})")
-    queried = set(re.findall(r"\bis_function_constant_defined\s*\(\s*(\w+)\s*\)", src))
     values: dict[str, str] = {}
     done = []
     out, last = [], 0
@@ -398,12 +398,9 @@ def _specialize_constants(
             )
         value = given.get(index, given.get(name))
         if value is None:
-            if name not in queried:
-                raise TranslateError(
-                    f"{where}: function constant `{name}` (index {index}) has no value: pass "
-                    f"function_constants={{{index}: ...}} or {{{name!r}: ...}}"
-                )
-            text = f"static constexpr {ctype} {name} = {ctype}();"
+            # Unset: fine unless the kernel uses it. A use links to this symbol, which nothing
+            # defines; the build reports it by name (build.py, UNSET_CONSTANT).
+            text = f'extern const {ctype} {name} __asm__("{UNSET_CONSTANT}{index}_{name}");'
             values[name] = "false"
         else:
             lit = _literal(value, ctype, where, name)
