@@ -128,6 +128,9 @@ class Kernel:
     `include_dirs` are searched for the source's own `#include`s; `function_constants` give the
     values of its `[[function_constant(i)]]` constants, by index or by name (Metal's
     MTLFunctionConstantValues): a parameter under a false constant takes no buffer.
+    `address_space_lint=False` skips the check that models Metal's address spaces as clang's, for
+    code valid in Metal that C++ address spaces cannot express (copying a class object from
+    device to threadgroup memory, as MLX's steel loaders do).
     """
 
     def __init__(
@@ -138,13 +141,14 @@ class Kernel:
         flags: Sequence[str] = (),
         include_dirs: Sequence[str | os.PathLike] = (),
         function_constants: Mapping[int | str, FunctionConstant] | None = None,
+        address_space_lint: bool = True,
     ):
         self.source = source
         self.name = name
         self.translation: Translation = translate(
             source, name, include_dirs=include_dirs, function_constants=function_constants
         )
-        self.path: Path = build_kernel(self.translation, tuple(flags))
+        self.path: Path = build_kernel(self.translation, tuple(flags), address_space_lint=address_space_lint)
         self._runtime = _load_runtime()
         self._lib = ctypes.CDLL(str(self.path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
         self._info = ctypes.c_void_p.in_dll(self._lib, "metile_kernel")

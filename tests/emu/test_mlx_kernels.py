@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from mlx_metile.emu import Kernel
-
-from . import mlx_host as H
+from mlx_metile.emu import mlx_kernels as H
 
 
 def bound(ref: np.ndarray, mag: np.ndarray, dtype: str, k: int) -> np.ndarray:
@@ -197,3 +196,32 @@ def test_affine_qmv(qmv_kernels, case, rng):
     assert stats.bytes_written[4] == (y.nbytes if fast else m * groups * 4 * y.itemsize)
     # one pass over the packed weights per row of x (plus the rows the tail reads twice)
     assert stats.bytes_read[0] == qw.w.nbytes * m if fast else stats.bytes_read[0] > qw.w.nbytes * m
+
+
+# ------------------------------------------------- affine qmm_t (quantized.h, non-NAX, staged)
+@pytest.fixture(scope="module")
+def qmm_t_kernel(mlx_metal):
+    # steel's BlockLoader copies structs from device to threadgroup memory: valid Metal that
+    # C++ address spaces reject, so no address-space lint
+    return Kernel(
+        H.qmm_t_source("float16", 64, 4, False),
+        H.qmm_t_name("float16", 64, 4, False),
+        include_dirs=[H.include_dir(mlx_metal)],
+        address_space_lint=False,
+    )
+
+
+def test_affine_qmm_t(qmm_t_kernel, rng):
+    m, n, k = 40, 70, 192
+    qw = H.quantize(n, k, 4, 64, "float16", rng)
+    x = H.to_device(rng.standard_normal((m, k)), "float16")
+    y = H.to_device(np.full((m, n), np.nan), "float16")
+    stats = H.run_qmm_t(qmm_t_kernel, qw, x, y)
+    x64 = H.from_device(x, "float16")
+    ref = x64 @ qw.dequantized.T
+    # weights dequantized to half in threadgroup memory, simdgroup-matrix products in f32
+    mag = np.abs(x64) @ np.abs(qw.dequantized.T)
+    tol = bound(ref, mag, "float16", k) + 2.0**-11 * mag
+    err = np.abs(H.from_device(y, "float16") - ref)
+    assert (err <= tol).all(), f"worst error {err.max():.3g}"
+    assert stats.bytes_written[4] == y.nbytes

@@ -1,7 +1,12 @@
-"""MLX's host side for its kernels in the emulator: the .metal text that instantiates a kernel
-template the way MLX's own .metal files do (its `instantiate_kernel` macro, its names), the
-parameter structs, the buffers and the grid MLX's matmul.cpp / quantized.cpp use (mlx v0.32.4),
-and affine quantisation as MLX packs it."""
+"""MLX's own Metal kernels in the emulator, launched as MLX's host code launches them.
+
+For a few of the kernels in the mlx-metal wheel's headers (`mlx/include/mlx/backend/metal/kernels`):
+the .metal text that instantiates the kernel template as MLX's .metal files do (its
+`instantiate_kernel` macro, its kernel names), the parameter structs, and the buffers, function
+constants and grid of MLX's matmul.cpp / quantized.cpp (mlx v0.32.4). Also affine quantisation
+packed as MLX packs it. Code nobody here wrote, on which the emulator (and its MPP subset) is
+proven; and the stock side of byte-count comparisons.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlx_metile.emu import DispatchStats, Kernel
-
-from .bits import bfloat16_to_float, to_bfloat16_bits
+from .kernel import DispatchStats, Kernel
 
 KERNELS = "mlx/backend/metal/kernels"
 
@@ -55,12 +58,21 @@ def source(includes: list[str], instantiations: list[str]) -> str:
 
 # -- arrays in the kernels' element types -----------------------------------------------------
 def to_device(x: np.ndarray, dtype: str) -> np.ndarray:
-    """float values as the kernel's element type (bfloat16 as its bits)."""
-    return x.astype(np.float16) if dtype == "float16" else to_bfloat16_bits(x.astype(np.float32))
+    """float values as the kernel's element type: float16, or bfloat16 as its bits (round to
+    nearest even)."""
+    if dtype == "float16":
+        return x.astype(np.float16)
+    if dtype != "bfloat16":
+        raise ValueError(f"dtype must be 'float16' or 'bfloat16', got {dtype!r}")
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
 def from_device(x: np.ndarray, dtype: str) -> np.ndarray:
-    return x.astype(np.float64) if dtype == "float16" else bfloat16_to_float(x).astype(np.float64)
+    """The kernel's element values as float64."""
+    if dtype == "float16":
+        return x.astype(np.float64)
+    return (np.asarray(x, dtype=np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
 def significand_bits(dtype: str) -> int:
@@ -180,6 +192,28 @@ def run_qmm_t_nax(kernel: Kernel, qw: Quantized, x: np.ndarray, y: np.ndarray, b
     grid = (-(-n // 64), -(-m // bm), 1)
     buffers = [qw.w, qw.scales, qw.biases, x, y, k, n, m] + [UNBOUND] * 8
     return kernel.dispatch_threadgroups(grid, (32, 2, 2), buffers)
+
+
+def qmm_t_name(dtype: str, group: int, bits: int, aligned_n: bool) -> str:
+    return f"affine_qmm_t_{dtype}_gs_{group}_b_{bits}_alN_{str(aligned_n).lower()}_batch_0"
+
+
+def qmm_t_source(dtype: str, group: int, bits: int, aligned_n: bool) -> str:
+    """The non-NAX affine_qmm_t (quantized.metal's instantiate_quantized_aligned_batched)."""
+    msl = {"float16": "float16_t", "bfloat16": "bfloat16_t"}[dtype]
+    inst = (
+        f'instantiate_kernel("{qmm_t_name(dtype, group, bits, aligned_n)}", affine_qmm_t, {msl}, '
+        f"{group}, {bits}, {str(aligned_n).lower()}, false)"
+    )
+    return source(["utils.h", "steel/gemm/gemm.h", "quantized_utils.h", "quantized.h"], [inst])
+
+
+def run_qmm_t(kernel: Kernel, qw: Quantized, x: np.ndarray, y: np.ndarray) -> DispatchStats:
+    """quantized.cpp qmm: bm = bn = 32, threadgroup (32, wn = 2, wm = 2), grid (N / bn, M / bm, B)."""
+    m, k = x.shape
+    n = y.shape[1]
+    buffers = [qw.w, qw.scales, qw.biases, x, y, k, n, m] + [UNBOUND] * 8
+    return kernel.dispatch_threadgroups((-(-n // 32), -(-m // 32), 1), (32, 2, 2), buffers)
 
 
 def qmv_name(dtype: str, group: int, bits: int, fast: bool) -> str:
