@@ -10,11 +10,17 @@ proven; and the stock side of byte-count comparisons.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .. import settings
 from .kernel import DispatchStats, Kernel
 
 KERNELS = "mlx/backend/metal/kernels"
@@ -47,7 +53,42 @@ TYPE_NAMES = {"float16": "half", "bfloat16": "bfloat"}  # MLX's type_to_name -> 
 UNBOUND = np.zeros(4, np.int64)  # what MLX leaves unbound (batch shapes and strides of an unbatched call)
 
 
+MLX_METAL = "0.32.4"
+
+
+class WheelUnavailable(RuntimeError):
+    """pip could not fetch the mlx-metal wheel; the message has pip's words."""
+
+
+def wheel(cache: Path | None = None) -> Path:
+    """MLX's macOS wheel, mlx-metal 0.32.4, unpacked under the package cache (fetched once with
+    pip's ordinary client: `pip download --no-deps --only-binary=:all: --platform macosx_14_0_arm64`;
+    it installs nothing). Returns the directory holding `mlx/`."""
+    base = (cache or settings.current().cache_root) / f"mlx-metal-{MLX_METAL}"
+    root = base / "wheel"
+    if (root / "mlx" / "include" / KERNELS / "quantized.h").is_file():
+        return root
+    base.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=base) as work:
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q"]
+        command += ["--platform", "macosx_14_0_arm64", f"mlx-metal=={MLX_METAL}", "-d", work]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        wheels = sorted(Path(work).glob(f"mlx_metal-{MLX_METAL}-*.whl"))
+        if done.returncode != 0 or not wheels:
+            raise WheelUnavailable(f"pip download mlx-metal=={MLX_METAL}: {(done.stdout + done.stderr).strip()[-600:]}")
+        unpacked = Path(work) / "wheel"
+        with zipfile.ZipFile(wheels[0]) as archive:
+            archive.extractall(unpacked)
+        try:
+            os.replace(unpacked, root)  # a concurrent fetch that finished first wins
+        except OSError:
+            if not (root / "mlx").is_dir():
+                raise
+    return root
+
+
 def include_dir(wheel: Path) -> Path:
+    """The include directory of an unpacked mlx-metal wheel (MLX's kernels: include_dir / KERNELS)."""
     return Path(wheel) / "mlx" / "include"
 
 

@@ -146,6 +146,17 @@ kernel void lane_skips_run(device float* out [[buffer(0)]], ushort lane [[thread
   out[lane] = c[0];
 }
 
+kernel void lane_at_barrier(device float* out [[buffer(0)]], ushort lane [[thread_index_in_simdgroup]]) {
+  matmul2d<D16, execution_simdgroup> op;
+  auto a = op.get_left_input_cooperative_tensor<half, half, float>();
+  auto b = op.get_right_input_cooperative_tensor<half, half, float>();
+  auto c = op.get_destination_cooperative_tensor<decltype(a), decltype(b), float>();
+  for (int i = 0; i < 8; ++i) a[i] = b[i] = 1.0h;
+  if (lane == 0) threadgroup_barrier(mem_flags::mem_none);
+  else op.run(a, b, c);
+  out[lane] = c[0];
+}
+
 kernel void slot_out_of_range(device float* out [[buffer(0)]], ushort lane [[thread_index_in_simdgroup]]) {
   matmul2d<D16, execution_simdgroup> op;
   auto a = op.get_left_input_cooperative_tensor<half, half, float>();

@@ -131,7 +131,14 @@ def test_cooperative_accumulation_threadgroup_operand_and_reductions(rng):
 
 @pytest.fixture(scope="module")
 def faults():
-    names = ["lane_skips_run", "slot_out_of_range", "slice_out_of_range", "four_simdgroups", "per_lane_tensor"]
+    names = [
+        "lane_skips_run",
+        "lane_at_barrier",
+        "slot_out_of_range",
+        "slice_out_of_range",
+        "four_simdgroups",
+        "per_lane_tensor",
+    ]
     return {n: Kernel(S.FAULTS, n) for n in names + ["tensor_past_buffer"]}
 
 
@@ -148,6 +155,12 @@ def test_lane_returning_before_run(faults):
         faults["lane_skips_run"].dispatch_threadgroups(1, 32, [np.zeros(32, np.float32)])
     assert e.value.kind == "collective"
     assert e.value.location == f"lane_skips_run.metal:{_line('lane_skips_run', 'op.run(a, b, c)')}"
+
+
+def test_lane_waiting_elsewhere(faults):
+    with pytest.raises(KernelFault, match=r"matmul2d::run: thread \d+ waits for threads of its execution scope") as e:
+        faults["lane_at_barrier"].dispatch_threadgroups(1, 32, [np.zeros(32, np.float32)])
+    assert e.value.kind == "collective"
 
 
 def test_slot_past_capacity(faults):
