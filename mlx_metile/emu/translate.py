@@ -713,11 +713,17 @@ def _find_kernel(src: str, name: str, loc: _Locator) -> tuple[re.Match, str]:
         if not defs:
             raise TranslateError(f"{loc.at(inst.start())}: `{name}` instantiates `{func}`, which is no kernel template")
         return defs[-1], f"{func}<{targs}>"
+    instantiated = ["".join(re.findall(r'"([^"]*)"', i.group(1))) for i in _INSTANTIATION.finditer(src)]
     kernels = [k for k in _KERNEL_DEF.finditer(src) if k.group(1) == name]
     if kernels:
+        if re.search(r"\btemplate\s*<[^;{}]*>\s*$", src[max(0, kernels[0].start() - 4000) : kernels[0].start()]):
+            listed = ", ".join(instantiated) or "none in the source"
+            raise TranslateError(
+                f"{loc.at(kernels[0].start())}: `{name}` is a kernel template: name one of its instantiations "
+                f"([[host_name]]s: {listed})"
+            )
         return kernels[0], name
-    found = [k.group(1) for k in _KERNEL_DEF.finditer(src)]
-    found += ["".join(re.findall(r'"([^"]*)"', i.group(1))) for i in _INSTANTIATION.finditer(src)]
+    found = [k.group(1) for k in _KERNEL_DEF.finditer(src)] + instantiated
     listed = ", ".join(found[:20]) + (", ..." if len(found) > 20 else "") if found else "none"
     raise TranslateError(f"no kernel named {name!r} in the source (kernels found: {listed})")
 
