@@ -12,8 +12,9 @@ import threading
 from pathlib import Path
 
 from .. import cache
+from .preprocess import KERNEL_STD, METAL_DEFINES
 from .toolchain import cache_dir, find_clang, run_clang, tool_beside_clang
-from .translate import Translation, entry_point
+from .translate import UNSET_CONSTANT, Translation, entry_point
 
 HERE = Path(__file__).parent
 INCLUDE = HERE / "include"
@@ -21,7 +22,6 @@ RUNTIME = HERE / "runtime"
 EMULATOR_VERSION = "1"
 
 COMMON_FLAGS = [
-    "-std=c++17",
     "-fPIC",
     "-fno-exceptions",
     "-fno-rtti",
@@ -37,13 +37,15 @@ COMMON_FLAGS = [
 KERNEL_FLAGS = [
     "-x",
     "c++",
+    KERNEL_STD,
     "-O2",
     "-gline-tables-only",
     "-include",
     "metile_metal.h",
+    *METAL_DEFINES,
     "-Wno-unknown-attributes",
+    "-Wno-unknown-pragmas",
     "-Wno-duplicate-decl-specifier",
-    "-Werror=double-promotion",
     "-Werror=return-type",
     "-Werror=vla",
     "-Werror=infinite-recursion",
@@ -51,6 +53,9 @@ KERNEL_FLAGS = [
 # ThreadSanitizer's instrumentation, with our runtime's callbacks instead of
 # TSan's: every load and store of the kernel is checked and counted.
 INSTRUMENT_FLAGS = [
+    # TSan instruments accesses of 1 to 16 bytes only: no vector code, so none is wider
+    "-fno-vectorize",
+    "-fno-slp-vectorize",
     "-fsanitize=thread",
     "-mllvm",
     "-tsan-instrument-func-entry-exit=0",
@@ -74,7 +79,7 @@ def _digest(*parts: str | bytes) -> str:
 
 
 def _emulator_fingerprint() -> str:
-    files = sorted(INCLUDE.iterdir()) + sorted(RUNTIME.iterdir()) + [Path(__file__)]
+    files = sorted(INCLUDE.rglob("*")) + sorted(RUNTIME.iterdir()) + [Path(__file__)]
     return _digest(EMULATOR_VERSION, find_clang(), *(f.read_bytes() for f in files if f.is_file()))
 
 
@@ -105,7 +110,7 @@ def runtime_library() -> Path:
         if cache.verified(lib, fp):
             return lib
         tmp = cache.temporary(lib)
-        args = [*COMMON_FLAGS, "-O2", "-g", "-U_FORTIFY_SOURCE", "-shared", "--rtlib=compiler-rt"]
+        args = [*COMMON_FLAGS, "-std=c++17", "-O2", "-g", "-U_FORTIFY_SOURCE", "-shared", "--rtlib=compiler-rt"]
         args += [f"-Wl,-soname,{lib.name}"]
         try:
             res = run_clang([*args, str(RUNTIME / "runtime.cpp"), "-o", str(tmp), "-ldl", "-lstdc++"])
@@ -122,13 +127,15 @@ def _clean_diagnostics(text: str, workdir: Path) -> str:
     return text.replace("METILE_TG_PTR", "threadgroup").replace("METILE_TG_STORAGE", "threadgroup")
 
 
-def _lint(t: Translation, workdir: Path) -> None:
+def _lint(t: Translation, workdir: Path, address_spaces: bool) -> None:
     """What a plain C++ compile would accept but MSL rejects."""
     src = workdir / t.filename
-    # 1. address spaces as distinct clang address spaces
-    res = run_clang([*COMMON_FLAGS, *KERNEL_FLAGS, "-DMETILE_LINT", "-fsyntax-only", str(src)])
-    if res.returncode != 0:
-        raise CompileError(_clean_diagnostics(res.stderr, workdir))
+    # 1. address spaces as distinct clang address spaces (C++ cannot copy a class object from one
+    # to another, which Metal can: code that does so is built with address_spaces=False)
+    if address_spaces:
+        res = run_clang([*COMMON_FLAGS, *KERNEL_FLAGS, "-DMETILE_LINT", "-fsyntax-only", str(src)])
+        if res.returncode != 0:
+            raise CompileError(_clean_diagnostics(res.stderr, workdir))
     # 2. recursion and mutable program-scope variables, read off the IR
     res = run_clang([*COMMON_FLAGS, *KERNEL_FLAGS, "-O0", "-S", "-emit-llvm", "-o", "-", str(src)])
     if res.returncode != 0:
@@ -195,7 +202,7 @@ def check_ir(ir: str, filename: str) -> None:
                 raise CompileError(f"{filename}: recursion is not supported in MSL: {pretty}")
 
 
-def build_kernel(t: Translation, extra_flags: tuple[str, ...] = ()) -> Path:
+def build_kernel(t: Translation, extra_flags: tuple[str, ...] = (), *, address_space_lint: bool = True) -> Path:
     """Compile and link a translated kernel; returns its shared object, checked against the
     checksum recorded when it was built (a damaged one is rebuilt)."""
     rt = runtime_library()
@@ -209,7 +216,7 @@ def build_kernel(t: Translation, extra_flags: tuple[str, ...] = ()) -> Path:
     workdir.mkdir(parents=True, exist_ok=True)
     src = workdir / t.filename
     _atomic_write(src, t.cpp)
-    _lint(t, workdir)
+    _lint(t, workdir, address_space_lint)
     full = workdir / f"{t.name}.full.cpp"
     _atomic_write(full, t.cpp + entry_point(t))
     obj, tmp = cache.temporary(workdir / f"{t.name}.o"), cache.temporary(so)
@@ -220,8 +227,15 @@ def build_kernel(t: Translation, extra_flags: tuple[str, ...] = ()) -> Path:
             raise CompileError(_clean_diagnostics(res.stderr, workdir))
         # the runtime by its SONAME, found beside the kernel's folder ($ORIGIN/..)
         link = ["-shared", "--rtlib=compiler-rt", str(obj), str(rt), "-Wl,-rpath,$ORIGIN/..", "-o", str(tmp)]
-        res = run_clang(link)
+        res = run_clang([*link, "-lm", "-Wl,-z,defs"])
         if res.returncode != 0:
+            unset = sorted(set(re.findall(UNSET_CONSTANT + r"(\d+)_(\w+)", res.stderr)))
+            if unset:
+                names = ", ".join(f"`{n}` (index {i})" for i, n in unset)
+                raise CompileError(
+                    f"{t.filename}: the kernel uses function constant {names} but no value was given: pass "
+                    "function_constants={index or name: value}"
+                )
             raise CompileError(f"linking {t.name} failed:\n{res.stderr}")
         _install(tmp, so, key)
     finally:
@@ -231,13 +245,17 @@ def build_kernel(t: Translation, extra_flags: tuple[str, ...] = ()) -> Path:
 
 
 def symbolize(so: Path, offset: int) -> str | None:
-    """file:line in the kernel's MSL for a code offset (a return address)."""
+    """file:line in the kernel's source for a code offset (a return address): the innermost inlined
+    frame that is the kernel's own code (its .metal file or its headers), not the emulator's."""
     tool = tool_beside_clang("llvm-symbolizer")
     if not tool or offset <= 0:
         return None
     res = subprocess.run([tool, f"--obj={so}", hex(offset - 1)], capture_output=True, text=True, check=False)
+    shim = str(INCLUDE.resolve())
     for line in res.stdout.split("\n"):
-        m = re.match(r"(.*\.metal):(\d+)", line.strip())
-        if m:
+        m = re.match(r"(.+):(\d+):\d+$", line.strip())
+        if not m or m.group(1).startswith("<") or os.path.abspath(m.group(1)).startswith(shim):
+            continue
+        if m.group(1).endswith((".metal", ".h", ".hpp", ".inc")) or "." not in os.path.basename(m.group(1)):
             return f"{os.path.basename(m.group(1))}:{m.group(2)}"
     return None

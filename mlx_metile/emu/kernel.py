@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .build import build_kernel, runtime_library, symbolize
-from .translate import Translation, translate
+from .translate import FunctionConstant, Translation, translate
 
 MAX_BUFFERS = 31
 MAX_THREADS_PER_THREADGROUP = 1024
@@ -123,14 +123,32 @@ class Kernel:
     """An MSL compute kernel compiled for the CPU emulator.
 
     `Kernel(source, name)` compiles (or loads from cache) the kernel `name` in
-    `source`; compile errors raise `CompileError` with the MSL file:line.
+    `source`; compile errors raise `CompileError` with the MSL file:line. `name` is a kernel
+    function's name or the `[[host_name(...)]]` of an explicit instantiation of a template kernel.
+    `include_dirs` are searched for the source's own `#include`s; `function_constants` give the
+    values of its `[[function_constant(i)]]` constants, by index or by name (Metal's
+    MTLFunctionConstantValues): a parameter under a false constant takes no buffer.
+    `address_space_lint=False` skips the check that models Metal's address spaces as clang's, for
+    code valid in Metal that C++ address spaces cannot express (copying a class object from
+    device to threadgroup memory, as MLX's steel loaders do).
     """
 
-    def __init__(self, source: str, name: str, *, flags: Sequence[str] = ()):
+    def __init__(
+        self,
+        source: str,
+        name: str,
+        *,
+        flags: Sequence[str] = (),
+        include_dirs: Sequence[str | os.PathLike] = (),
+        function_constants: Mapping[int | str, FunctionConstant] | None = None,
+        address_space_lint: bool = True,
+    ):
         self.source = source
         self.name = name
-        self.translation: Translation = translate(source, name)
-        self.path: Path = build_kernel(self.translation, tuple(flags))
+        self.translation: Translation = translate(
+            source, name, include_dirs=include_dirs, function_constants=function_constants
+        )
+        self.path: Path = build_kernel(self.translation, tuple(flags), address_space_lint=address_space_lint)
         self._runtime = _load_runtime()
         self._lib = ctypes.CDLL(str(self.path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
         self._info = ctypes.c_void_p.in_dll(self._lib, "metile_kernel")
@@ -179,6 +197,8 @@ class Kernel:
         if order not in ORDERS:
             raise ValueError(f"order must be one of {sorted(ORDERS)}, got {order!r}")
         for p in self.translation.params:
+            if not p.active:
+                continue
             if p.kind == "buffer" and (p.index >= len(buffers) or buffers[p.index] is None):
                 raise ValueError(f"buffers[{p.index}] is not bound but the kernel reads `{p.name}` from it")
             if p.kind == "threadgroup" and p.index >= len(threadgroup_memory):

@@ -39,6 +39,30 @@ METILE_VEC_TYPES(ulong)
 METILE_VEC_TYPES(bool)
 #undef METILE_VEC_TYPES
 
+#include "metile_traits.h"
+
+namespace metal {
+using ::vec;
+template <class T, int N>
+struct is_vector<vec<T, N>> : true_type {};
+#define METILE_VEC_NAMES(T) using ::T##2, ::T##3, ::T##4;
+METILE_VEC_NAMES(float)
+METILE_VEC_NAMES(half)
+METILE_VEC_NAMES(bfloat)
+METILE_VEC_NAMES(int)
+METILE_VEC_NAMES(uint)
+METILE_VEC_NAMES(short)
+METILE_VEC_NAMES(ushort)
+METILE_VEC_NAMES(char)
+METILE_VEC_NAMES(uchar)
+METILE_VEC_NAMES(long)
+METILE_VEC_NAMES(ulong)
+METILE_VEC_NAMES(bool)
+#undef METILE_VEC_NAMES
+}  // namespace metal
+
+#define METAL_FUNC inline __attribute__((always_inline))
+
 #define INFINITY __builtin_inff()
 #define NAN __builtin_nanf("")
 #define FLT_MAX 3.40282347e+38f
@@ -146,6 +170,42 @@ inline T map2(T x, T y, F f) {
     for (int k = 0; k < traits<T>::size; ++k) r[k] = (E)f((E)x[k], (E)y[k]);
     return r;
   }
+}
+
+// Binding the entry point's arguments (c->buffers[i], positions) to the kernel's parameter
+// types; like the entry point itself these are not instrumented.
+template <class F>
+struct signature;
+template <class R, class... A>
+struct signature<R(A...)> {
+  template <int I>
+  using arg = __type_pack_element<I, A...>;
+};
+template <class A>
+__attribute__((no_sanitize("thread"))) inline A bind_buffer(void* p) {
+  using V = metal::remove_reference_t<A>;
+  if constexpr (metal::is_reference<A>::value) {
+    return *(V*)p;
+  } else if constexpr (metal::is_pointer<A>::value) {
+    return (A)p;
+  } else {
+    return *(V*)p;  // a buffer passed by value
+  }
+}
+template <class A>
+__attribute__((no_sanitize("thread"))) inline A bind_position(const uint32_t* comps) {
+  using V = metal::remove_cv_t<A>;
+  if constexpr (traits<V>::size == 1) {
+    return (V)comps[0];
+  } else {
+    V v;
+    for (int k = 0; k < traits<V>::size; ++k) v[k] = (typename traits<V>::elem)comps[k];
+    return v;
+  }
+}
+template <class A>
+__attribute__((no_sanitize("thread"))) inline A bind_scalar(uint32_t value) {
+  return (metal::remove_cv_t<A>)value;
 }
 
 template <class T>
@@ -413,6 +473,8 @@ inline void simdgroup_multiply(simdgroup_matrix<TD, 8, 8>& d, const simdgroup_ma
 }
 
 }  // namespace metal
+
+#include "metile_builtins.h"
 
 using namespace metal;
 

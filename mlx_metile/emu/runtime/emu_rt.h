@@ -16,7 +16,8 @@ enum metile_collective_op {
   METILE_OP_SHUFFLE_UP,
   METILE_OP_SHUFFLE_XOR,
   METILE_OP_BROADCAST,
-  METILE_OP_MMA
+  METILE_OP_MMA,
+  METILE_OP_GROUP /* metile_rt_group_op: an operation of a whole execution scope */
 };
 
 enum metile_type_code {
@@ -40,6 +41,21 @@ void metile_rt_barrier(const char* file, int line);
 void metile_rt_collective(int op, int tcode, int width, const void* in, int nbytes, int arg, void* out,
                           const char* file, int line);
 uint32_t metile_rt_lane(void);
+uint32_t metile_rt_simdgroup(void);
+uint32_t metile_rt_simdgroups(void);
+
+/* An operation every thread of an execution scope enters together (MPP's matmul2d::run,
+ * reduce_rows): the thread's SIMD group (simdgroups == 0) or the whole threadgroup, which must
+ * have exactly `simdgroups` SIMD groups. When all threads of the scope wait at the same site,
+ * one of them calls fn(ctx of each thread, in thread order, count) on its own stack, then all
+ * continue. A thread of the scope that returned, waits elsewhere, or a scope of the wrong size
+ * is a fault. Memory fn touches is checked and counted like the kernel's own. */
+typedef void (*metile_group_fn)(void* const* ctxs, int count);
+void metile_rt_group_op(int simdgroups, void* ctx, metile_group_fn fn, const char* what, const char* file, int line);
+
+/* A fault the shim detects (kind: metile_fault_kind): at file:line when file is given, else at
+ * the code address pc (a return address in the kernel object). Does not return. */
+void metile_rt_fault(int kind, const char* file, int line, void* pc, const char* message);
 #ifdef __cplusplus
 }
 #endif

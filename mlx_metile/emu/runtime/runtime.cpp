@@ -82,7 +82,8 @@ constexpr size_t kMaxThreadgroupBytes = 32 * 1024;
 constexpr int kSimdWidth = 32;
 constexpr int kPayload = 32;
 
-enum FiberState { RUNNABLE, WAIT_BARRIER, WAIT_COLLECTIVE, DONE };
+// PARKED: in a group operation that is resolved; its executor releases it.
+enum FiberState { RUNNABLE, WAIT_BARRIER, WAIT_COLLECTIVE, PARKED, DONE };
 
 struct Site {
   const char* file;
@@ -100,6 +101,14 @@ struct Fiber {
   int tcode = 0, width = 0, arg = 0;
   alignas(16) unsigned char in[kPayload];
   alignas(16) unsigned char out[kPayload];
+  // group operation (METILE_OP_GROUP)
+  metile_group_fn group_fn = nullptr;
+  void* group_ctx = nullptr;
+  int group_scope = 0;  // 0: the SIMD group; N: the threadgroup of N SIMD groups
+  const char* group_what = "";
+  bool group_exec = false;  // this fiber runs the resolved operation
+  std::vector<void*> group_ctxs;
+  std::vector<Fiber*> group_members;
 };
 
 struct Region {
@@ -125,6 +134,10 @@ struct Dispatch {
   std::vector<unsigned char> shadow_static, shadow_dyn;
   uintptr_t image_lo, image_hi;
   char* guard_hit;  // stack-overflow detection
+  // the group operation being executed: faults inside it are reported at its call site
+  const char* group_file;
+  int group_line;
+  const char* group_what;
 };
 
 thread_local Dispatch* g_disp = nullptr;
@@ -183,13 +196,20 @@ void fiber_main(void* arg) {
 [[noreturn]] void fault_at(int kind, const char* file, int line, uintptr_t pc, const char* fmt, ...) {
   Dispatch* d = g_disp;
   metile_result* r = d->result;
+  size_t used = 0;
+  if (d->group_file && !file) {  // inside a group operation: its call site, not the shim's code
+    file = d->group_file;
+    line = d->group_line;
+    pc = 0;
+    used = (size_t)snprintf(r->message, sizeof r->message, "in %s: ", d->group_what);
+  }
   r->fault_kind = kind;
   r->fault_line = line;
   r->fault_pc_offset = pc;
   snprintf(r->fault_file, sizeof r->fault_file, "%s", file ? file : "");
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(r->message, sizeof r->message, fmt, ap);
+  vsnprintf(r->message + used, sizeof r->message - used, fmt, ap);
   va_end(ap);
   d->faulted = true;
   siglongjmp(d->jb, 1);  // abandons the fiber; its stack is reused
@@ -497,6 +517,75 @@ void resolve(Fiber** lanes, int op, int tcode, int width) {
   }
 }
 
+const char* op_name(int op);
+const char* site_name(const Fiber* f) { return f->site.op == METILE_OP_GROUP ? f->group_what : op_name(f->site.op); }
+
+// A resolved group operation: `members` wait parked while members[0] runs it.
+void start_group(const std::vector<Fiber*>& members) {
+  Fiber* exec = members[0];
+  exec->group_ctxs.clear();
+  for (Fiber* m : members) {
+    exec->group_ctxs.push_back(m->group_ctx);
+    m->state = PARKED;
+  }
+  exec->group_members = members;
+  exec->group_exec = true;
+  exec->state = RUNNABLE;
+}
+
+// The SIMD group `s` waits in a group operation of SIMD-group scope.
+void resolve_simdgroup_op(Dispatch* d, int s, Fiber** lanes, Fiber* first) {
+  int size = std::min(kSimdWidth, d->nthreads - s * kSimdWidth);
+  if (size < kSimdWidth)
+    fault_at(METILE_FAULT_COLLECTIVE, first->site.file, first->site.line, 0,
+             "%s runs on a whole SIMD group of %d threads; simdgroup %d of this threadgroup has %d", first->group_what,
+             kSimdWidth, s, size);
+  std::vector<Fiber*> members;
+  for (int l = 0; l < kSimdWidth; ++l) {
+    if (!lanes[l])
+      fault_at(METILE_FAULT_COLLECTIVE, first->site.file, first->site.line, 0,
+               "%s: lane %d of simdgroup %d returned without calling it (every thread of the execution scope must)",
+               first->group_what, l, s);
+    if (lanes[l]->group_fn != first->group_fn || lanes[l]->group_scope != first->group_scope)
+      fault_at(METILE_FAULT_COLLECTIVE, lanes[l]->site.file, lanes[l]->site.line, 0,
+               "lanes of simdgroup %d call different operations at line %d", s, first->site.line);
+    members.push_back(lanes[l]);
+  }
+  start_group(members);
+}
+
+// Group operations of threadgroup scope (execution_simdgroups<N>).
+bool resolve_threadgroup_ops(Dispatch* d) {
+  Fiber* first = nullptr;
+  int done = 0;
+  for (Fiber* f : d->fibers) {
+    if (f->state == DONE) {
+      ++done;
+      continue;
+    }
+    if (f->state != WAIT_COLLECTIVE || f->site.op != METILE_OP_GROUP || f->group_scope == 0) return false;
+    if (!first) first = f;
+  }
+  if (!first) return false;
+  for (Fiber* f : d->fibers)
+    if (f->state != DONE && (f->site.line != first->site.line || strcmp(f->site.file, first->site.file) != 0 ||
+                             f->group_fn != first->group_fn))
+      fault_at(METILE_FAULT_COLLECTIVE, f->site.file, f->site.line, 0,
+               "threads of the threadgroup wait in different operations: line %d and line %d", first->site.line,
+               f->site.line);
+  if (done)
+    fault_at(METILE_FAULT_COLLECTIVE, first->site.file, first->site.line, 0,
+             "%s: %d of %d threads returned without calling it (every thread of the execution scope must)",
+             first->group_what, done, d->nthreads);
+  int simdgroups = (d->nthreads + kSimdWidth - 1) / kSimdWidth;
+  if (simdgroups != first->group_scope || d->nthreads != simdgroups * kSimdWidth)
+    fault_at(METILE_FAULT_COLLECTIVE, first->site.file, first->site.line, 0,
+             "%s runs on execution_simdgroups<%d> but the threadgroup has %d threads (%d SIMD groups)",
+             first->group_what, first->group_scope, d->nthreads, simdgroups);
+  start_group(d->fibers);
+  return true;
+}
+
 const char* op_name(int op) {
   static const char* names[] = {"simd_sum",
                                 "simd_product",
@@ -546,6 +635,7 @@ bool resolve_simdgroups(Dispatch* d) {
       if (!first) first = f;
     }
     if (!all_waiting || !first) continue;
+    if (first->site.op == METILE_OP_GROUP && first->group_scope > 0) continue;  // resolve_threadgroup_ops
     for (int l = 0; l < kSimdWidth; ++l) {
       Fiber* f = lanes[l];
       if (f && (f->site.op != first->site.op || f->site.line != first->site.line ||
@@ -553,8 +643,13 @@ bool resolve_simdgroups(Dispatch* d) {
         fault_at(METILE_FAULT_COLLECTIVE, f->site.file, f->site.line, 0,
                  "lanes of simdgroup %d wait in different collectives: lane %d in %s at line %d, "
                  "lane %d in %s at line %d",
-                 s, (int)first->ctx.thread_index_in_simdgroup, op_name(first->site.op), first->site.line, l,
-                 op_name(f->site.op), f->site.line);
+                 s, (int)first->ctx.thread_index_in_simdgroup, site_name(first), first->site.line, l, site_name(f),
+                 f->site.line);
+    }
+    if (first->site.op == METILE_OP_GROUP) {
+      resolve_simdgroup_op(d, s, lanes, first);
+      progress = true;
+      continue;
     }
     resolve(lanes, first->site.op, first->tcode, first->width);
     for (Fiber* f : lanes)
@@ -589,6 +684,12 @@ bool resolve_barrier(Dispatch* d) {
 }
 
 [[noreturn]] void deadlock(Dispatch* d) {
+  for (Fiber* f : d->fibers)
+    if (f->state == WAIT_COLLECTIVE && f->site.op == METILE_OP_GROUP)
+      fault_at(METILE_FAULT_COLLECTIVE, f->site.file, f->site.line, 0,
+               "%s: thread %u waits for threads of its execution scope (%s) that are at a barrier or elsewhere",
+               f->group_what, f->ctx.thread_index_in_threadgroup,
+               f->group_scope ? "its threadgroup" : "its SIMD group");
   for (Fiber* f : d->fibers)
     if (f->state == WAIT_COLLECTIVE)
       fault_at(METILE_FAULT_COLLECTIVE, f->site.file, f->site.line, 0,
@@ -655,6 +756,7 @@ void run_threadgroup(Dispatch* d, const metile_launch* L, const uint32_t group[3
     for (Fiber* f : d->fibers) all_done &= f->state == DONE;
     if (all_done) break;
     if (resolve_simdgroups(d)) continue;
+    if (resolve_threadgroup_ops(d)) continue;
     if (resolve_barrier(d)) continue;
     (void)ran;
     deadlock(d);
@@ -688,6 +790,35 @@ void metile_rt_collective(int op, int tcode, int width, const void* in, int nbyt
 }
 
 uint32_t metile_rt_lane(void) { return g_cur ? g_cur->ctx.thread_index_in_simdgroup : 0; }
+uint32_t metile_rt_simdgroup(void) { return g_cur ? g_cur->ctx.simdgroup_index_in_threadgroup : 0; }
+uint32_t metile_rt_simdgroups(void) { return g_cur ? g_cur->ctx.simdgroups_per_threadgroup : 1; }
+
+void metile_rt_group_op(int simdgroups, void* ctx, metile_group_fn fn, const char* what, const char* file, int line) {
+  Fiber* f = g_cur;
+  f->site = {file, line, METILE_OP_GROUP};
+  f->tcode = 0;
+  f->group_fn = fn;
+  f->group_ctx = ctx;
+  f->group_scope = simdgroups;
+  f->group_what = what;
+  f->state = WAIT_COLLECTIVE;
+  to_scheduler();
+  if (!f->group_exec) return;
+  f->group_exec = false;
+  Dispatch* d = g_disp;
+  d->group_file = file;
+  d->group_line = line;
+  d->group_what = what;
+  fn(f->group_ctxs.data(), (int)f->group_ctxs.size());
+  d->group_file = nullptr;
+  for (Fiber* m : f->group_members)
+    if (m != f) m->state = RUNNABLE;
+}
+
+void metile_rt_fault(int kind, const char* file, int line, void* pc, const char* message) {
+  if (file) fault_at(kind, file, line, 0, "%s", message);
+  fault_at(kind, nullptr, 0, code_offset(pc), "%s", message);
+}
 
 // ThreadSanitizer instrumentation calls, defined here instead of by its runtime.
 #define METILE_TSAN_RW(N)                                                                            \
