@@ -244,6 +244,13 @@ def build_kernel(t: Translation, extra_flags: tuple[str, ...] = (), *, address_s
     return so
 
 
+def _in_shim(path: str) -> bool:
+    """Whether a debug-info path is one of the shim's headers - by its path below emu/include, so
+    that an object built from another checkout of the package (a shared cache) is read alike."""
+    parts = Path(path).parts
+    return any(parts[i : i + 2] == ("emu", "include") for i in range(len(parts) - 2))
+
+
 def symbolize(so: Path, offset: int) -> str | None:
     """file:line in the kernel's source for a code offset (a return address): the innermost inlined
     frame that is the kernel's own code (its .metal file or its headers), not the emulator's."""
@@ -251,10 +258,9 @@ def symbolize(so: Path, offset: int) -> str | None:
     if not tool or offset <= 0:
         return None
     res = subprocess.run([tool, f"--obj={so}", hex(offset - 1)], capture_output=True, text=True, check=False)
-    shim = str(INCLUDE.resolve())
     for line in res.stdout.split("\n"):
         m = re.match(r"(.+):(\d+):\d+$", line.strip())
-        if not m or m.group(1).startswith("<") or os.path.abspath(m.group(1)).startswith(shim):
+        if not m or m.group(1).startswith("<") or _in_shim(m.group(1)):
             continue
         if m.group(1).endswith((".metal", ".h", ".hpp", ".inc")) or "." not in os.path.basename(m.group(1)):
             return f"{os.path.basename(m.group(1))}:{m.group(2)}"
