@@ -46,6 +46,7 @@ class _Required:
     kind: str
     index: int
     name: str
+    active: bool = True  # (the emulator's launcher skips inactive ones; these are filtered already)
 
 
 class Function(_EmulatedKernel):
