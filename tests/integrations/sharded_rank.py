@@ -4,7 +4,7 @@
 
 CASE is ARCH:FMT (the model built here, then `model.shard(group)`), ARCH:FMT:DIR (the model of
 DIR, saved by sharded_models.save, through `mlx_lm.utils.sharded_load`), or `declines` (see
-run_declines). For each case the rank
+run_declines), or `formats` (see run_formats). For each case the rank
 computes, from one seed, greedy tokens and speculative-decoding tokens (3 drafted tokens: 4-row
 verification steps) of the unsharded model, the stock-sharded model and the patched-sharded model,
 the gap between the unsharded model's top two logits where the tokens part, logits differences,
@@ -21,6 +21,9 @@ import traceback
 from pathlib import Path
 
 PROMPT = [3, 17, 42, 7, 99, 5, 64, 12]
+# Calls of up to 4 rows (decoding, 4-row verification steps) through mlx_metile, longer ones (the
+# prompt) through the stock sharded layers: three row buckets of kernels to build per rank, not five.
+MAX_ROWS = 4
 
 
 def main(argv: list[str]) -> int:
@@ -36,7 +39,8 @@ def main(argv: list[str]) -> int:
         results = {}
         for case in argv[1:]:
             start = time.perf_counter()
-            results[case] = run_declines(group) if case == "declines" else run_case(case, group)
+            run = {"declines": run_declines, "formats": run_formats}.get(case)
+            results[case] = run(group) if run else run_case(case, group)
             results[case]["seconds"] = time.perf_counter() - start
         results["_group"] = [group.rank(), group.size()]
     except BaseException:
@@ -87,7 +91,7 @@ def run_case(case: str, group) -> dict:
     res["speculative"] = {"unsharded": speculative(unsharded, draft), "stock": speculative(sharded, draft)}
     want = integration.synthetic_logits(unsharded)
     stock = integration.synthetic_logits(sharded)
-    report = mt.patch(sharded)
+    report = mt.patch(sharded, max_rows=MAX_ROWS)
     res["report"] = str(report)
     res["gathered"] = gather_reports(report, group)
     res["replaced"] = [list(r) for r in report.replaced]
@@ -101,6 +105,7 @@ def run_case(case: str, group) -> dict:
     with mt.trace() as t:
         res["speculative"]["patched"] = speculative(sharded, draft)
     res["verification_rows"] = sorted({r.rows for r in t if r.backend == "cpu"})
+    res["stock_rows"] = sorted({r.rows for r in t if r.backend.startswith("mlx")})
     got = integration.synthetic_logits(sharded)
     scale = float(mx.abs(want).max())
     res["logits_vs_unsharded"] = {
@@ -168,6 +173,60 @@ def run_declines(group) -> dict:
     report.restore()
     res["restored_equal"] = bool(mx.array_equal(integration.synthetic_logits(model), before))
     return res
+
+
+ROW_FORMATS = ("bfloat16", "q2g64", "q3g32", "q5g64", "q6g32", "q8g64", "mxfp4", "mxfp8", "nvfp4")
+COLUMN_FORMATS = ("mxfp4", "mxfp8", "nvfp4")  # (affine: the q/k/v, gate/up of the model cases)
+
+
+def run_formats(group) -> dict:
+    """One linear layer (128 -> 64, with a bias) per weight format, sharded both ways by mlx.nn's
+    shard_linear: max |mlx_metile replacement - stock sharded layer| and |stock sharded - the
+    unsharded layer| on 4 rows, relative to the output's scale."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx.nn.layers.distributed import shard_linear
+
+    from mlx_metile.integrations.sharded import ColumnShardedProjection, RowShardedProjection
+
+    from .sharded_models import MODES, quantization
+
+    out = {}
+    for fmt in sorted(set(ROW_FORMATS) | set(COLUMN_FORMATS)):
+        mx.random.seed(3)
+        layer = nn.Linear(128, 64)
+        layer.bias = mx.random.normal((64,))  # (nonzero: a bias added per rank would show)
+        dtype = mx.bfloat16 if fmt == "bfloat16" else mx.float32
+        layer.set_dtype(dtype)
+        q = quantization(fmt)
+        if q is not None:
+            layer = nn.QuantizedLinear.from_linear(layer, q["group_size"], q["bits"], mode=q["mode"])
+            assert (q["mode"] in MODES) == (q["mode"] != "affine")
+        x = mx.random.normal((4, 128), key=mx.random.key(5)).astype(dtype)
+        full = layer(x).astype(mx.float32)
+        for sharding, cls, fmts in (
+            ("sharded-to-all", RowShardedProjection, ROW_FORMATS),
+            ("all-to-sharded", ColumnShardedProjection, COLUMN_FORMATS),
+        ):
+            if fmt not in fmts:
+                continue
+            stock = shard_linear(layer, sharding, group=group)
+            k = 128 // group.size()  # a row-sharded layer reads the rank's slice of the input features
+            xs = x[:, group.rank() * k : (group.rank() + 1) * k] if sharding == "sharded-to-all" else x
+            want = stock(xs).astype(mx.float32)
+            got = cls(stock, 32)(xs).astype(mx.float32)
+            if sharding == "all-to-sharded":  # this rank's slice of the unsharded layer's output
+                n = want.shape[-1]
+                full_part = full[:, group.rank() * n : (group.rank() + 1) * n]
+            else:
+                full_part = full
+            scale = float(mx.abs(want).max())
+            out[f"{sharding}/{fmt}"] = {
+                "patched": float(mx.abs(got - want).max()) / scale,
+                "stock_vs_unsharded": float(mx.abs(want - full_part).max()) / scale,
+                "type": type(stock).__name__,
+            }
+    return out
 
 
 if __name__ == "__main__":
