@@ -92,8 +92,8 @@ def rank(args: argparse.Namespace) -> int:
     from mlx_lm.models.cache import make_prompt_cache
 
     import mlx_metile as mt
+    from mlx_metile.cli.machine import facts
 
-    from .machine import facts
     from .random_llama import random_llama
 
     group = mx.distributed.init(backend="ring", strict=True)

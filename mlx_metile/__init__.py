@@ -3,7 +3,7 @@
 from . import nn
 from .formats import QuantizedWeight
 from .integrations import PatchReport, patch
-from .ops import fused_linear, linear, quantized_linear
+from .ops import fused_linear, linear, matmul, quantized_linear
 from .projection import Projection
 from .trace import Trace, TraceRecord, trace
 
@@ -17,6 +17,7 @@ __all__ = [
     "TraceRecord",
     "fused_linear",
     "linear",
+    "matmul",
     "nn",
     "patch",
     "quantized_linear",

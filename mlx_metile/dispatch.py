@@ -183,7 +183,10 @@ def _run(call: Call, stream: StreamLike) -> list[mx.array]:
         return [o.reshape(*lead, o.shape[-1]) for o in outs]
 
     spec = spec_of(call, target, None if norm is None else float(norm[1]))
-    artifact = _compiled(spec, row_bucket(rows), target, shape, settings.generation())
+    if backend == "cpu":
+        artifact = primitive.CpuKernel(spec.name())
+    else:
+        artifact = _compiled(spec, row_bucket(rows), target, shape, settings.generation())
     scalars = {"M": rows, "K": K, **{f"N{i}": n for i, n in enumerate(Ns)}}
     if backend == "cuda":
         outs = _run_cuda(call, artifact, scalars, s, stream, plannable and not any(call.casts()))

@@ -2,7 +2,7 @@
 
 Each stage is a plain function of the last one's value; the whole is cached per (spec, schedule,
 target language), the Schedule holding every choice (mlx_metile.schedule.choose makes it) and the
-target's limits. MLX_METILE_DEBUG=ir,schedule,msl,cuda prints the stages to stderr.
+target's limits. MLX_METILE_DEBUG=ir,schedule,msl,cuda,air prints the stages to stderr.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from functools import lru_cache
 
 from .artifact import Artifact
 from .codegen import RENDERERS
+from .codegen.ast import KernelDef
 from .ir import bind_meta, format_program, verify
 from .kernels import projection_program
 from .lower import lower
@@ -25,11 +26,8 @@ def dump(stage: str, title: str, text: str) -> None:
         print(f"=== mlx_metile {stage}: {title} ===\n{text}", file=sys.stderr)
 
 
-@lru_cache(maxsize=512)
-def compile_projection(spec: ProjectionSpec, schedule: Schedule, target: str = "msl") -> Artifact:
-    """The kernel of `spec` under `schedule` in `target`'s language ("msl", "cuda")."""
-    if target not in RENDERERS:
-        raise ValueError(f"unknown target {target!r}; known: {sorted(RENDERERS)}")
+def lower_projection(spec: ProjectionSpec, schedule: Schedule) -> KernelDef:
+    """The thread-level kernel of `spec` under `schedule` (tile program, bound, verified, lowered)."""
     program = projection_program(spec)
     bound = bind_meta(program, schedule.meta())
     verify(bound)
@@ -37,6 +35,15 @@ def compile_projection(spec: ProjectionSpec, schedule: Schedule, target: str = "
     dump("schedule", spec.name(), schedule.describe())
     kernel = lower(bound, schedule, spec)
     kernel.name = f"{spec.name()}_m{schedule.BM}"
+    return kernel
+
+
+@lru_cache(maxsize=512)
+def compile_projection(spec: ProjectionSpec, schedule: Schedule, target: str = "msl") -> Artifact:
+    """The kernel of `spec` under `schedule` in `target`'s language ("msl", "cuda", "air": LLVM assembly)."""
+    if target not in RENDERERS:
+        raise ValueError(f"unknown target {target!r}; known: {sorted(RENDERERS)}")
+    kernel = lower_projection(spec, schedule)
     source = RENDERERS[target]().render(kernel)
     dump(target, kernel.name, source)
     return Artifact(target, source, kernel.name, schedule, tuple(kernel.params), kernel.dynamic_shared)

@@ -142,7 +142,7 @@ def _cuda_arch(name: str, value: str) -> str:
     return value
 
 
-_DEBUG_STAGES = ("all", "ir", "schedule", "msl", "cuda", "trace")
+_DEBUG_STAGES = ("all", "ir", "schedule", "msl", "cuda", "air", "trace")
 
 
 def _debug(name: str, value: str) -> frozenset[str]:
@@ -204,7 +204,7 @@ class Setting:
 def _declare() -> dict[str, Setting]:
     items = [
         Setting("EMULATE", _boolean, False, "run CPU ops through the Metal-on-CPU emulator (the generated MSL)"),
-        Setting("DEBUG", _debug, frozenset(), "print pipeline stages to stderr: ir, schedule, msl, cuda, trace or all"),
+        Setting("DEBUG", _debug, frozenset(), "stages to print to stderr: ir, schedule, msl, cuda, air, trace or all"),
         Setting("CACHE", _directory, None, "root of the kernel caches (default: $XDG_CACHE_HOME/mlx_metile)"),
         Setting("CLANG", _executable, None, "the clang (>= 17) the emulator compiles with"),
         Setting(
@@ -232,6 +232,12 @@ def _declare() -> dict[str, Setting]:
         ),
         Setting("CUDA_MMA_FUSED", _boolean, True, "concatenated weights (q/k/v) take the tensor-core schedule"),
         Setting("CUDA_MMA_STAGED", _boolean, True, "the staged ring (0: the direct loads)"),
+        Setting(
+            "PATCHED_ARCHIVES",
+            _boolean,
+            False,
+            "patched Metal binary archives as tournament candidates (mlx_metile.native; needs macOS)",
+        ),
     ]
     for knob, allowed in MMA_KNOBS.items():
         items.append(Setting(f"CUDA_MMA_{knob.upper()}", _int_choice(allowed), None, f"Schedule override: {knob}"))
@@ -269,6 +275,7 @@ class Settings:
     cuda_mma_dense: str = "staged"
     cuda_mma_fused: bool = True
     cuda_mma_staged: bool = True
+    patched_archives: bool = False  # MLX_METILE_PATCHED_ARCHIVES (docs/NATIVE.md)
     # MLX_METILE_CUDA_MMA_<KNOB>: the knobs set, (knob, value) pairs (MMA_KNOBS); a tuple, so that
     # a Settings value is hashable and can key the schedule cache
     mma: tuple[tuple[str, int], ...] = ()

@@ -23,6 +23,14 @@ class ProjectionSpec:
     # K act_dtype values (CUDA tensor-core kernels only; see lower/mma.py)
     norm_eps: float | None = None
 
+    def __post_init__(self) -> None:
+        if not self.weights:
+            raise ValueError("ProjectionSpec: weights: at least one weight format is needed")
+        if self.epilogue not in EPILOGUES:
+            raise ValueError(f"ProjectionSpec: epilogue: {self.epilogue!r} is not one of {EPILOGUES}")
+        if self.epilogue == "swiglu" and len(self.weights) != 2:
+            raise ValueError(f"ProjectionSpec: 'swiglu' takes two weights (gate, up), got {len(self.weights)}")
+
     @property
     def outputs(self) -> int:
         return 1 if self.epilogue == "swiglu" or self.has_residual else len(self.weights)

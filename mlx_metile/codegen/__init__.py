@@ -1,8 +1,9 @@
-"""Renderers: a shared C-like core with one dialect per target."""
+"""Renderers: a shared C-like core with one dialect per target (MSL, CUDA), and AIR (LLVM IR)."""
 
+from .air import AirForm, AIRRenderer
 from .cuda import CUDARenderer
 from .msl import MSLRenderer
 
-RENDERERS = {"msl": MSLRenderer, "cuda": CUDARenderer}
+RENDERERS = {"msl": MSLRenderer, "cuda": CUDARenderer, "air": AIRRenderer}
 
-__all__ = ["CUDARenderer", "MSLRenderer", "RENDERERS"]
+__all__ = ["AIRRenderer", "AirForm", "CUDARenderer", "MSLRenderer", "RENDERERS"]

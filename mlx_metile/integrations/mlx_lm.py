@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -89,6 +91,7 @@ class PatchReport:
     declined: list[tuple[str, str, str]] = field(default_factory=list)
     max_diff: float | None = None  # verified logits difference, relative to their scale
     allowed: float | None = None
+    seconds: float = 0.0  # what patch() took, verification included
     shard: str = ""  # for a tensor-parallel model, this process's place in it ("rank 0 of 2")
     _parts: list[Part] = field(default_factory=list, repr=False)
 
@@ -97,7 +100,9 @@ class PatchReport:
 
     def __str__(self) -> str:
         where = f" ({self.shard})" if self.shard else ""
-        lines = [f"mlx_metile.patch{where}: {len(self.replaced)} replaced, {len(self.declined)} declined"]
+        lines = [
+            f"mlx_metile.patch{where}: {len(self.replaced)} replaced, {len(self.declined)} declined in {self.seconds:.1f} s"
+        ]
         if self.max_diff is not None:
             lines.append(
                 f"  verified: max |logits - float32 reference| = {self.max_diff:.3g} x scale (allowed {self.allowed:.3g})"
@@ -498,6 +503,7 @@ def patch(
         raise TypeError(f"dense: expected True, False or None, got {dense!r}")
     if not isinstance(fuse_norms, bool):
         raise TypeError(f"fuse_norms: expected True or False, got {fuse_norms!r}")
+    started = time.perf_counter()
     report = PatchReport(shard=" ".join(filter(None, (rules.describe(model) for rules in EXTRA_RULES))))
     agree = _agreement(model)  # for a sharded model, the largest of every rank's value: all decide alike
     if not verify:
@@ -506,8 +512,10 @@ def patch(
             p.on()
         report._parts = parts
         report.replaced = [(p.path, p.kind) for p in parts]
+        report.seconds = time.perf_counter() - started
         return report
 
+    _progress("patch: running the unpatched model")
     before = synthetic_logits(model, seed)
     scale = float(mx.abs(before).max()) or 1.0
     truth = _float32_logits(model, seed)  # before discovery: it swaps arrays in and out
@@ -526,15 +534,20 @@ def patch(
             report.declined.append((p.path, p.kind, f"probe: outputs differ by {d:.3g} x scale"))
             parts.remove(p)
 
+    measured: dict[frozenset[int], float] = {}  # active set -> its distance (each set runs once)
+
     def diff(active: list[Part]) -> float:
         """Distance of the patched model's logits from the reference, / scale."""
+        on = frozenset(id(p) for p in active if p.needs is None or p.needs in active)
         for p in parts:
             p.off()
         for p in active:
             if p.needs is None or p.needs in active:
                 p.on()
-        after = synthetic_logits(model, seed)
-        return agree(float(mx.abs(after - truth).max()) / scale)
+        if on not in measured:  # (every rank holds the same sets: their collectives still match)
+            _progress(f"patch: verifying {len(on)} of {len(parts)} parts")
+            measured[on] = agree(float(mx.abs(synthetic_logits(model, seed) - truth).max()) / scale)
+        return measured[on]
 
     def keep(candidates: list[Part], base: list[Part]) -> list[Part]:
         """The subset of candidates that verifies on top of `base`, by bisection."""
@@ -572,4 +585,12 @@ def patch(
     report._parts = kept
     report.replaced = [(p.path, p.kind) for p in kept]
     report.formats = {(p.path, p.kind): p.formats for p in kept if p.formats}
+    report.seconds = time.perf_counter() - started
+    _progress("")
     return report
+
+
+def _progress(stage: str) -> None:
+    """One overwritten status line on stderr while patch() verifies, where stderr is a terminal."""
+    if sys.stderr.isatty():
+        print(f"\r{stage[:79]:79s}", end="" if stage else "\r", file=sys.stderr, flush=True)

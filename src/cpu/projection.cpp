@@ -83,24 +83,27 @@ void weight_row(const WeightView& v, int64_t n, int64_t K, float* out) {
   int64_t groups = K / v.group;
   const uint32_t* row = packed + n * words_per_row;
   uint32_t mask = (1u << v.bits) - 1u;
+  // per group: its scale (and bias) read once, then its values
   if (v.mode != QuantMode::Affine) {  // 4 or 8-bit codes: whole values per word
     const uint8_t* scales = v.scales->data<uint8_t>() + n * groups;
-    for (int64_t k = 0; k < K; ++k) {
-      uint32_t code = (row[k * v.bits >> 5] >> ((k * v.bits) & 31)) & mask;
-      uint32_t byte = scales[k / v.group];
-      float scale = v.mode == QuantMode::NvFp4 ? e4m3(byte) : e8m0(byte);
-      out[k] = (v.bits == 4 ? kE2M1[code] : e4m3(code)) * scale;
+    for (int64_t g = 0; g < groups; ++g) {
+      float scale = v.mode == QuantMode::NvFp4 ? e4m3(scales[g]) : e8m0(scales[g]);
+      for (int64_t k = g * v.group; k < (g + 1) * v.group; ++k) {
+        uint32_t code = (row[k * v.bits >> 5] >> ((k * v.bits) & 31)) & mask;
+        out[k] = (v.bits == 4 ? kE2M1[code] : e4m3(code)) * scale;
+      }
     }
     return;
   }
-  for (int64_t k = 0; k < K; ++k) {
-    int64_t bit = k * v.bits;
-    int shift = static_cast<int>(bit & 31);
-    uint32_t value = row[bit >> 5] >> shift;
-    if (shift + v.bits > 32) value |= row[(bit >> 5) + 1] << (32 - shift);
-    float q = static_cast<float>(value & mask);
-    int64_t g = n * groups + k / v.group;
-    out[k] = load_float(*v.scales, g) * q + load_float(*v.biases, g);
+  for (int64_t g = 0; g < groups; ++g) {
+    float scale = load_float(*v.scales, n * groups + g), bias = load_float(*v.biases, n * groups + g);
+    for (int64_t k = g * v.group; k < (g + 1) * v.group; ++k) {
+      int64_t bit = k * v.bits;
+      int shift = static_cast<int>(bit & 31);
+      uint32_t value = row[bit >> 5] >> shift;
+      if (shift + v.bits > 32) value |= row[(bit >> 5) + 1] << (32 - shift);
+      out[k] = scale * static_cast<float>(value & mask) + bias;
+    }
   }
 }
 

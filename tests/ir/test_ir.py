@@ -122,3 +122,18 @@ def test_reduce_over_an_axis():
     np.testing.assert_array_equal(m, a.max(axis=0))
     with pytest.raises(ValueError, match="reduce: axis 2 outside a rank-2 tile"):
         b.reduce("sum", tile, 2)
+
+
+def test_a_spec_names_what_it_cannot_compute():
+    import pytest
+
+    from mlx_metile.formats import WeightFormat
+    from mlx_metile.spec import ProjectionSpec
+
+    for weights, epilogue, message in (
+        ((WeightFormat("f16", 8, 32),), "swiglu", "'swiglu' takes two weights"),
+        ((), None, "at least one weight"),
+        ((WeightFormat("f16"),), "relu", "epilogue: 'relu' is not one of"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            ProjectionSpec("f16", weights, epilogue)
