@@ -22,7 +22,7 @@ from pathlib import Path
 
 PROMPT = [3, 17, 42, 7, 99, 5, 64, 12]
 # Calls of up to 4 rows (decoding, 4-row verification steps) through mlx_metile, longer ones (the
-# prompt) through the stock sharded layers: three row buckets of kernels to build per rank, not five.
+# prompt) through the stock sharded layers: the replacements' hand-back to MLX is exercised too.
 MAX_ROWS = 4
 
 
