@@ -23,12 +23,14 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from .modules import (
+    QUANTIZED_LINEAR,
     FusedSwiGLU,
     MetileProjection,
     QKVGroup,
@@ -90,14 +92,16 @@ class PatchReport:
     max_diff: float | None = None  # verified logits difference, relative to their scale
     allowed: float | None = None
     seconds: float = 0.0  # what patch() took, verification included
+    shard: str = ""  # for a tensor-parallel model, this process's place in it ("rank 0 of 2")
     _parts: list[Part] = field(default_factory=list, repr=False)
 
     def __bool__(self) -> bool:
         return bool(self.replaced)
 
     def __str__(self) -> str:
+        where = f" ({self.shard})" if self.shard else ""
         lines = [
-            f"mlx_metile.patch: {len(self.replaced)} replaced, {len(self.declined)} declined in {self.seconds:.1f} s"
+            f"mlx_metile.patch{where}: {len(self.replaced)} replaced, {len(self.declined)} declined in {self.seconds:.1f} s"
         ]
         if self.max_diff is not None:
             lines.append(
@@ -144,22 +148,57 @@ def _walk(module: nn.Module, prefix: str = ""):
             yield from _walk(child, full + ".")
 
 
+class Rules(Protocol):
+    """Discovery for layers the rules here do not know (integrations/sharded.py: tensor-parallel ones)."""
+
+    def discover(self, model: nn.Module, max_rows: int, declined: list, dense: bool) -> tuple[list[Part], set[int]]:
+        """The parts it replaces, and the ids of the modules it judged (left alone by the rules here)."""
+
+    def agreement(self, model: nn.Module) -> Callable[[float], float] | None:
+        """How a verified difference becomes one every process deciding alike sees (None: as it is)."""
+
+    def describe(self, model: nn.Module) -> str:
+        """The report's `shard`: this process's place in the model ("" where none)."""
+
+
+EXTRA_RULES: list[Rules] = []  # (integrations/__init__.py imports sharded.py, which adds its rules)
+
+
+def _agreement(model: nn.Module) -> Callable[[float], float]:
+    agreements = [a for a in (rules.agreement(model) for rules in EXTRA_RULES) if a is not None]
+
+    def agree(value: float) -> float:
+        for a in agreements:
+            value = a(value)
+        return value
+
+    return agree
+
+
 DENSE_DECLINED = "dense projection: stock MLX was faster on this backend (patch(dense=True) replaces it)"
 
 
 def _wanted(members: list, dense: bool) -> bool:
     """Whether projections of these formats are to be replaced (dense ones only where `dense`)."""
-    return dense or all(isinstance(m, nn.QuantizedLinear) for m in members)
+    return dense or all(isinstance(m, QUANTIZED_LINEAR) for m in members)
 
 
 def _discover(
     model: nn.Module, max_rows: int, declined: list, dense: bool = True, fuse_norms: bool = False
 ) -> list[Part]:
+    extra: list[Part] = []
+    skip: set[int] = set()  # the modules EXTRA_RULES judged, which the rules below leave alone
+    for rules in EXTRA_RULES:
+        found, judged = rules.discover(model, max_rows, declined, dense)
+        extra += found
+        skip |= judged
     parts: list[Part] = []
     covered: set[int] = set()  # ids of projections taken by a fusion
     mlp_parts: dict[int, Part] = {}
     tied = ties_embeddings(model)  # whether an embedding is also the output projection
     for container, key, mod, path in list(_walk(model)):
+        if id(mod) in skip:
+            continue
         if isinstance(mod, PATCHED_TYPES) or hasattr(type(mod), "_metile_kind"):
             declined.append((path, "-", "already patched"))
             continue
@@ -190,6 +229,8 @@ def _discover(
             else:
                 declined.append((path, "mlp_swiglu", "gate/up/down are not supported projections of one SwiGLU MLP"))
     for container, key, mod, path in list(_walk(model)):
+        if id(mod) in skip:
+            continue
         if all(n in mod for n in ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")):
             mlp = mod["mlp"]
             if id(mlp) in mlp_parts:
@@ -209,7 +250,7 @@ def _discover(
                 parts.append(_named(_tied_part(mod, path, max_rows), [mod]))
             else:
                 declined.append((path, "tied_output", f"unsupported weight format {format_name(mod)}"))
-    return parts
+    return extra + parts
 
 
 def _named(part: Part, layers: list) -> Part:
@@ -240,7 +281,7 @@ def _probe(original: nn.Module, replacement: nn.Module, first: nn.Module) -> flo
 
 def _k(layer: nn.Module) -> int:
     w = layer["weight"]
-    return w.shape[1] * 32 // layer.bits if isinstance(layer, nn.QuantizedLinear) else w.shape[1]
+    return w.shape[1] * 32 // layer.bits if isinstance(layer, QUANTIZED_LINEAR) else w.shape[1]
 
 
 def _replace_part(container, key, old: nn.Module, new: nn.Module, path: str, kind: str) -> Part:
@@ -393,7 +434,7 @@ def default_max_rows(model: nn.Module | None = None) -> int:
     CUDA")."""
     if not _default_device_is_cuda():
         return 32
-    quantized = model is not None and any(isinstance(m, nn.QuantizedLinear) for _, _, m, _ in _walk(model))
+    quantized = model is not None and any(isinstance(m, QUANTIZED_LINEAR) for _, _, m, _ in _walk(model))
     return 32 if quantized else 4
 
 
@@ -463,7 +504,8 @@ def patch(
     if not isinstance(fuse_norms, bool):
         raise TypeError(f"fuse_norms: expected True or False, got {fuse_norms!r}")
     started = time.perf_counter()
-    report = PatchReport()
+    report = PatchReport(shard=" ".join(filter(None, (rules.describe(model) for rules in EXTRA_RULES))))
+    agree = _agreement(model)  # for a sharded model, the largest of every rank's value: all decide alike
     if not verify:
         parts = _discover(model, max_rows, report.declined, dense, fuse_norms)
         for p in parts:
@@ -487,7 +529,7 @@ def patch(
         floor = F32_FLOOR
     allowed = ERROR_GROWTH * native_error + tolerance + floor
     for p in list(parts):
-        d = p.probe() if p.probe is not None else 0.0
+        d = agree(p.probe() if p.probe is not None else 0.0)
         if d > PROBE_TOLERANCE:
             report.declined.append((p.path, p.kind, f"probe: outputs differ by {d:.3g} x scale"))
             parts.remove(p)
@@ -502,9 +544,9 @@ def patch(
         for p in active:
             if p.needs is None or p.needs in active:
                 p.on()
-        if on not in measured:
+        if on not in measured:  # (every rank holds the same sets: their collectives still match)
             _progress(f"patch: verifying {len(on)} of {len(parts)} parts")
-            measured[on] = float(mx.abs(synthetic_logits(model, seed) - truth).max()) / scale
+            measured[on] = agree(float(mx.abs(synthetic_logits(model, seed) - truth).max()) / scale)
         return measured[on]
 
     def keep(candidates: list[Part], base: list[Part]) -> list[Part]:

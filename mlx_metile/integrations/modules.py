@@ -10,6 +10,7 @@ from itertools import chain
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx.nn.layers.distributed import QuantizedAllToShardedLinear, QuantizedShardedToAllLinear
 
 from ..formats import QuantizedWeight
 from ..formats import supported as format_supported
@@ -19,6 +20,9 @@ from ..schedule import norm_pays
 from ..trace import TraceRecord, record
 
 PROJECTIONS = (nn.Linear, nn.QuantizedLinear)
+# Layers holding MLX's packed quantized weights (weight, scales[, biases], bits, group_size, mode):
+# the plain one and mlx.nn's tensor-parallel ones (integrations/sharded.py patches those).
+QUANTIZED_LINEAR = (nn.QuantizedLinear, QuantizedAllToShardedLinear, QuantizedShardedToAllLinear)
 
 
 def weight_of(layer: nn.Module, arrays: nn.Module | None = None):
@@ -27,7 +31,7 @@ def weight_of(layer: nn.Module, arrays: nn.Module | None = None):
     or else from the layer itself."""
     src = layer if arrays is None else arrays
     bias = src.get("bias")
-    if isinstance(layer, nn.QuantizedLinear):
+    if isinstance(layer, QUANTIZED_LINEAR):
         return QuantizedWeight.from_quantized_linear(layer, src), bias
     return src["weight"], bias
 
@@ -78,8 +82,11 @@ class ProjectionCache:
     reused meanwhile. Making it on every call cost about a fifth of a patched Llama block's host
     time (8B shapes, 1 row); the id check alone, about 2 us a call (H200 host, cProfile)."""
 
-    def __init__(self, epilogue: str | None = None):
+    def __init__(self, epilogue: str | None = None, bias: bool = True):
         self.epilogue = epilogue
+        self.bias = (
+            bias  # False: the layers' biases are left out (a row-sharded layer adds its own after the all-reduce)
+        )
         self.version = -1
         self.norm_ids: tuple = ()
         self.state: tuple = ()
@@ -99,7 +106,10 @@ class ProjectionCache:
             pairs = [weight_of(layer, src) for layer, src in zip(layers, sources)]
             fused_norm = None if norm is None else (norm["weight"], float(norm.eps))
             self.projection = Projection(
-                [w for w, _ in pairs], biases=[b for _, b in pairs], epilogue=self.epilogue, norm=fused_norm
+                [w for w, _ in pairs],
+                biases=[b if self.bias else None for _, b in pairs],
+                epilogue=self.epilogue,
+                norm=fused_norm,
             )
             self.held = (*layers, *sources, *chain(*map(dict.values, sources)), *extra)  # (their ids stay theirs)
             self.state = state
@@ -109,7 +119,7 @@ class ProjectionCache:
 
 def format_name(layer: nn.Module) -> str:
     """A layer's weight format as reports name it: `q4g64` (affine), `mxfp4` (another mode), `bf16`."""
-    if isinstance(layer, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+    if isinstance(layer, (*QUANTIZED_LINEAR, nn.QuantizedEmbedding)):
         mode = getattr(layer, "mode", "affine")
         return f"q{layer.bits}g{layer.group_size}" if mode == "affine" else mode
     return {mx.float32: "f32", mx.float16: "f16", mx.bfloat16: "bf16"}.get(
