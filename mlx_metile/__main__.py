@@ -1,5 +1,8 @@
 """`mlx-metile demo` / `python -m mlx_metile demo`: run projections on the
-default device, check them against stock MLX and print both timings."""
+default device, check them against stock MLX and print both timings.
+`mlx-metile tune`: decide a projection's (or a local mlx-lm model's) routes at each row bucket
+against stock MLX, into the tuner's store; `mlx-metile tune --show` prints the store's decisions
+and the candidates they rejected, with the reasons."""
 
 from __future__ import annotations
 
@@ -78,6 +81,48 @@ def demo(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def tune(args: argparse.Namespace) -> int:
+    from mlx_metile.tune import Store, autotune, tournament
+    from mlx_metile.tune.autotune import stderr_progress
+    from mlx_metile.tune.show import show
+
+    store = Store(args.store) if args.store else Store()
+    if args.show:
+        print(show(store))
+        return 0
+    if args.model:
+        import mlx_lm
+
+        import mlx_metile as mt
+
+        model, _ = mlx_lm.load(args.model)
+        report = mt.patch(model)
+        print(report, file=sys.stderr)
+        tuning = autotune(model, rows=tuple(args.rows), store=store, retune=args.retune, progress=True)
+        print(tuning)
+        return 0
+    from mlx_metile.formats import QuantizedWeight
+
+    dtype = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}[args.dtype]
+    mx.random.seed(0)
+    weights = []
+    for n in args.n:
+        w = (mx.random.normal((n, args.k)) * args.k**-0.5).astype(dtype)
+        if args.bits:
+            w = QuantizedWeight(*mx.quantize(w, group_size=args.group, bits=args.bits), args.group, args.bits)
+        weights.append(w)
+    x = mx.zeros((1, args.k), dtype)
+    residual = mx.zeros((1, args.n[0]), dtype) if args.residual else None
+    buckets = len({min(b for b in (1, 2, 4, 8, 16, 32, 64) if b >= r) for r in args.rows})
+    decisions = tournament(
+        x, weights, args.epilogue, residual, rows=list(args.rows), store=store, retune=args.retune,
+        progress=stderr_progress(buckets),
+    )  # fmt: skip
+    for d in decisions.values():
+        print(d)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mlx-metile", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -88,6 +133,20 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--rows", type=int, nargs="+", default=[1, 4, 16])
     d.add_argument("--repeat", type=int, default=5)
     d.set_defaults(func=demo)
+    t = sub.add_parser("tune", help="decide routes against stock MLX into the tuner's store (--show: print it)")
+    t.add_argument("--show", action="store_true", help="print the store's decisions and rejections, tune nothing")
+    t.add_argument("--store", default=None, help="the store's path (default: MLX_METILE_TUNE_STORE or the cache's)")
+    t.add_argument("--model", default=None, help="a local mlx-lm model directory: patch it and tune its calls")
+    t.add_argument("--dtype", default="bfloat16", choices=["float32", "float16", "bfloat16"])
+    t.add_argument("--k", type=int, default=2048)
+    t.add_argument("--n", type=int, nargs="+", default=[2048], help="one N per weight (several: one fused call)")
+    t.add_argument("--bits", type=int, default=4, help="affine bits of random weights (0: dense)")
+    t.add_argument("--group", type=int, default=64)
+    t.add_argument("--epilogue", default=None, choices=["swiglu", "gelu", "gelu_approx", "silu"])
+    t.add_argument("--residual", action="store_true")
+    t.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    t.add_argument("--retune", action="store_true", help="decide again where the store has a decision")
+    t.set_defaults(func=tune)
     args = parser.parse_args(argv)
     return args.func(args)
 

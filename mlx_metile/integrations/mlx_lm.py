@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 import mlx.nn as nn
 
+from ..schedule import ROW_BUCKETS, row_bucket
+from ..tune import autotune
 from .modules import (
     FusedSwiGLU,
     MetileProjection,
@@ -86,6 +88,7 @@ class PatchReport:
     declined: list[tuple[str, str, str]] = field(default_factory=list)
     max_diff: float | None = None  # verified logits difference, relative to their scale
     allowed: float | None = None
+    tuning: object | None = None  # patch(tune=True): the mlx_metile.tune.Tuning of the patched calls
     _parts: list[Part] = field(default_factory=list, repr=False)
 
     def __bool__(self) -> bool:
@@ -102,6 +105,8 @@ class PatchReport:
             lines.append(f"  replaced {kind:12s} {path}" + (f" ({fmt})" if fmt else ""))
         for path, kind, why in self.declined:
             lines.append(f"  declined {kind:12s} {path}: {why}")
+        if self.tuning is not None:
+            lines.append(str(self.tuning))
         return "\n".join(lines)
 
     def restore(self) -> None:
@@ -411,6 +416,7 @@ def patch(
     dense: bool | None = None,
     fuse_norms: bool = False,
     seed: int = 0,
+    tune: bool = False,
 ) -> PatchReport:
     """Swap the model's projections for mlx_metile's fused kernels.
 
@@ -432,6 +438,9 @@ def patch(
       fuses them (schedule.norm_pays: the input norm into q/k/v; the post-attention norm stays its own
       op before the SwiGLU gate/up, where fusing measured slower). Off by default: on the H200 a
       32-layer Llama ran within 2% either way at 1-8 rows and 6-9% slower with it at 32 rows.
+    tune: then decide each replaced call's route at every row bucket up to max_rows
+      (mlx_metile.autotune: from the tuner's store, else by a tournament against stock MLX,
+      which is kept wherever it is not beaten by its margin); the report's .tuning says what.
     Returns a PatchReport (falsy when nothing was replaced) with .restore()."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: expected an mlx.nn.Module, got {type(model).__name__}")
@@ -453,6 +462,16 @@ def patch(
         raise TypeError(f"dense: expected True, False or None, got {dense!r}")
     if not isinstance(fuse_norms, bool):
         raise TypeError(f"fuse_norms: expected True or False, got {fuse_norms!r}")
+    if not isinstance(tune, bool):
+        raise TypeError(f"tune: expected True or False, got {tune!r}")
+    if tune:
+        report = patch(
+            model, verify=verify, tolerance=tolerance, max_rows=max_rows, dense=dense, fuse_norms=fuse_norms, seed=seed
+        )
+        if report:
+            rows = sorted({b for b in ROW_BUCKETS if b <= max_rows} | {row_bucket(max_rows)})
+            report.tuning = autotune(model, rows=rows)
+        return report
     report = PatchReport()
     if not verify:
         parts = _discover(model, max_rows, report.declined, dense, fuse_norms)

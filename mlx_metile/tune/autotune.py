@@ -3,13 +3,15 @@ projection call a model (or a Projection) makes, at each row bucket - read from 
 its key is there, else decided by a tournament and stored - installed so the calls run it.
 
 A model's calls are found by running it once (`inputs`, by default one token of an mlx-lm
-language model) with the dispatch capturing every checked call; each distinct site (the same
-weight arrays, epilogue, residual and dtype) is tuned once. Calls with a fused RMSNorm keep
+language model) with the dispatch capturing every checked call; each distinct site (formats,
+shapes, epilogue, residual and dtypes: what a decision is keyed by) is tuned once, on the weights
+of its first call. Calls with a fused RMSNorm keep
 choose's rules (the tournament takes no norm); their product without it is tuned.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -66,7 +68,9 @@ def sites_of_model(model: nn.Module, inputs=None) -> list[Site]:
         if call.norm is not None or call.empty:
             continue
         site = Site.of_call(call)
-        ident = site.identity()
+        # calls of one signature (formats, shapes, epilogue, dtypes: every layer's q/k/v) share
+        # their decisions, which are keyed by it: the first one's weights stand for all
+        ident = json.dumps([site.backend, site.signature()], sort_keys=True)
         if ident not in seen:
             seen.add(ident)
             sites.append(site)
@@ -84,21 +88,18 @@ def site_of_projection(p: Projection, dtype: mx.Dtype | None = None, residual: b
     return Site.of(x, p.weights, p.biases, p.epilogue, res)
 
 
-def stderr_progress(total: int) -> Callable[[str], None]:
-    """A progress line on stderr: [done/total] and what is being tuned."""
+def stderr_progress(total: int) -> Callable[[str, bool], None]:
+    """A progress bar on stderr: [####....] decisions made / total, and what is being tuned."""
     state = {"done": 0}
     width = 24
 
-    def show(message: str) -> None:
-        if message.endswith(("gating", "against native")) or ": gating " in message or ": timing " in message:
-            done = state["done"]
-        else:
-            state["done"] += 1
-            done = state["done"]
+    def show(message: str, finished: bool) -> None:
+        state["done"] += finished
+        done = state["done"]
         filled = width * done // max(total, 1)
         bar = "#" * filled + "." * (width - filled)
         sys.stderr.write(f"\r[{bar}] {done}/{total} {message[:100]:100s}")
-        if done == total and not (": gating " in message or ": timing " in message):
+        if done >= total and finished:
             sys.stderr.write("\n")
         sys.stderr.flush()
 
@@ -121,7 +122,7 @@ def autotune(
     store: Store | bool | None = True,
     retune: bool = False,
     install: bool = True,
-    progress: bool | Callable[[str], None] = False,
+    progress: bool | Callable[[str, bool], None] = False,
 ) -> Tuning:
     """Decide every projection call of a patched model (or of a Projection) at each row bucket of
     `rows`, and install the decisions (install=False: only return them).
@@ -130,7 +131,7 @@ def autotune(
     dtype, residual: a Projection's activations' dtype and whether its calls add a residual.
     store: the default store (True), a Store, or None (decide afresh, keep nothing); retune:
     decide again even where the store has a decision. progress: True for a progress line on
-    stderr, or a function taking each message. The rest as `tournament` takes them."""
+    stderr, or a function taking each message and whether a decision was finished. The rest as `tournament` takes them."""
     if isinstance(model_or_projection, Projection):
         sites = [site_of_projection(model_or_projection, dtype, residual)]
     elif isinstance(model_or_projection, nn.Module):
@@ -148,7 +149,7 @@ def autotune(
     buckets, _ = buckets_of(rows if not isinstance(rows, int) else [rows], 1)
     st = store_of(store)
     total = len(sites) * len(buckets)
-    report: Callable[[str], None] | None
+    report: Callable[[str, bool], None] | None
     report = stderr_progress(total) if progress is True else (progress or None)
     tuning = Tuning()
     for site in sites:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 import mlx.core as mx
 
-from .. import settings
+from .. import dispatch, settings
 from ..ops import fused_linear
 from ..schedule import Route, choose, tuned
 from ..settings import MMA_KNOBS, Settings
@@ -197,9 +197,14 @@ def _with(pairs: tuple, key: str, value: int) -> tuple:
     return tuple(sorted(d.items()))
 
 
+def _cuda_kernels(site: Site, bucket: int) -> bool:
+    """Whether the CUDA kernels take the bucket's calls (more rows than MLX_METILE_CUDA_MAX_ROWS run stock)."""
+    return site.backend == "cuda" and site.spec is not None and bucket <= dispatch.cuda_max_rows()
+
+
 @register("cuda_schedule", 0.03)
 def _cuda_schedules(site: Site, bucket: int) -> list[Candidate]:
-    if site.backend != "cuda" or site.spec is None:
+    if not _cuda_kernels(site, bucket):
         return []
     out = []
     for name, schedule in cuda_schedules(site, bucket):
@@ -210,7 +215,7 @@ def _cuda_schedules(site: Site, bucket: int) -> list[Candidate]:
 
 @register("cuda_compiler", 0.02)
 def _cuda_compilers(site: Site, bucket: int) -> list[Candidate]:
-    if site.backend != "cuda" or site.spec is None:
+    if not _cuda_kernels(site, bucket):
         return []
     from ..backends.cuda_compile import CudaCompileError, compiler, find_nvcc
     from ..backends.nvrtc import find_nvrtc

@@ -13,7 +13,6 @@ import numpy as np
 
 from .. import dispatch, formats
 from ..call import Call, check
-from ..formats import QuantizedWeight
 from ..reference import fused_reference
 from ..schedule import Shape
 from ..spec import ProjectionSpec
@@ -73,13 +72,6 @@ class Site:
     @property
     def columns(self) -> int:
         return self.Ns[0] if self.epilogue == "swiglu" else sum(self.Ns)
-
-    def identity(self) -> tuple:
-        """What makes two captured calls one site: the same arrays, epilogue, residual and dtypes."""
-        ids = []
-        for w in self.weights:
-            ids.append((id(w.w), id(w.scales), id(w.biases)) if isinstance(w, QuantizedWeight) else id(w))
-        return (tuple(ids), tuple(map(id, self.biases)), self.epilogue, self.residual, self.x_dtype)
 
     def describe(self) -> str:
         names = "+".join(formats.format_of(w, b, i).short() for i, (w, b) in enumerate(zip(self.weights, self.biases)))

@@ -30,7 +30,7 @@ from .site import Site
 from .store import Store, StoreError
 from .tolerance import TOLERANCE_VERSION
 
-Progress = Callable[[str], None]
+Progress = Callable[[str, bool], None]  # (message, whether a decision is finished)
 
 
 @dataclass
@@ -162,13 +162,15 @@ def decide(
     if store is not None and not retune:
         found = _stored(store, key, by_name, site, bucket)
         if found is not None:
+            if progress:
+                progress(f"{site.describe()}, rows <= {bucket}: {found.chosen} (stored)", True)
             return found
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % (2**63))
     rng = rng or np.random.default_rng(seed)
     t0 = time.perf_counter()
     if progress:
-        progress(f"{site.describe()}, rows <= {bucket}: gating {len(cands)} candidates")
+        progress(f"{site.describe()}, rows <= {bucket}: gating {len(cands)} candidates", False)
     runners = {c.name: c.runner(site) for c in cands}
     results = gates.gate(site, runners, bucket, rng, draws, invariant)
     records: dict[str, Record] = {}
@@ -184,7 +186,9 @@ def decide(
             rejected[c.name] = g.reason or "failed the gate"
     timed = [c for c in cands if c.family != NATIVE and results[c.name].passed]
     if progress and timed:
-        progress(f"{site.describe()}, rows <= {bucket}: timing {', '.join(c.name for c in timed)} against native")
+        progress(
+            f"{site.describe()}, rows <= {bucket}: timing {', '.join(c.name for c in timed)} against native", False
+        )
     x, residual = site.draw(bucket, rng)
     native_run = runners[NATIVE]
     fns = {c.name: _timed_call(runners[c.name], x, residual) for c in timed}
@@ -225,7 +229,7 @@ def decide(
     if store is not None:
         _put(store, decision)
     if progress:
-        progress(f"{site.describe()}, rows <= {bucket}: {decision.chosen}")
+        progress(f"{site.describe()}, rows <= {bucket}: {decision.chosen}", True)
     return decision
 
 
