@@ -57,7 +57,9 @@ class CudaPlan:
         # MLX's precompiled-kernel op passes inputs, outputs, then scalars; the grid is in threads
         self.kwargs = dict(
             name=artifact.entry,
-            compiled_source=cuda_compile.ptx(artifact, tool=compiler),
+            compiled_source=cuda_compile.ptx(artifact)
+            if compiler is None
+            else cuda_compile.ptx(artifact, tool=compiler),
             output_shapes=[(*lead, n) for n in out_ns],
             output_dtypes=[out_dtype] * len(out_ns),
             scalars=[scalars[name] for name in names],
