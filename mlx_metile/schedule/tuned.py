@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ..spec import ProjectionSpec
@@ -53,7 +54,9 @@ Key = tuple  # (target, spec, row bucket, Shape)
 
 _table: dict[Key, Route] = {}
 _installs = [0]
-_forced: list[tuple[tuple, Route]] = []  # ((target, spec, shape), route), innermost last
+# ((target, spec, shape), route) pairs, innermost last: per thread (and task), so that a tuner timing
+# a candidate in one thread never sends another thread's calls to it
+_forced: ContextVar[tuple] = ContextVar("mlx_metile_tuned_forced", default=())
 _lock = threading.Lock()
 
 
@@ -63,13 +66,14 @@ def key(target: Target, spec: ProjectionSpec, bucket: int, shape) -> Key:
 
 def active() -> bool:
     """Whether any decision is installed or forced (the dispatch skips the lookup otherwise)."""
-    return bool(_table) or bool(_forced)
+    return bool(_table) or bool(_forced.get())
 
 
 def lookup(target: Target, spec: ProjectionSpec, bucket: int, shape) -> Route | None:
     """The route forced or installed for a call, or None (choose's rules decide)."""
-    if _forced:
-        for (t, s, sh), route in reversed(_forced):
+    forced = _forced.get()
+    if forced:
+        for (t, s, sh), route in reversed(forced):
             if t == target and s == spec and sh == shape:
                 return route
     return _table.get((target, spec, bucket, shape))
@@ -95,17 +99,16 @@ def installed() -> dict[Key, Route]:
 
 def state() -> tuple:
     """What the table holds now, as a hashable token for caches keyed by decisions."""
-    if _forced:
-        return (_installs[0], tuple(_forced))
-    return (_installs[0],)
+    forced = _forced.get()
+    return (_installs[0], forced) if forced else (_installs[0],)
 
 
 @contextmanager
 def forcing(target: Target, spec: ProjectionSpec, shape, route: Route) -> Iterator[None]:
-    """Within the block, calls of (target, spec, shape) take `route` at every row bucket."""
-    entry = ((target, spec, shape), route)
-    _forced.append(entry)
+    """Within the block (and only in this thread), calls of (target, spec, shape) take `route` at
+    every row bucket."""
+    token = _forced.set((*_forced.get(), ((target, spec, shape), route)))
     try:
         yield
     finally:
-        _forced.remove(entry)
+        _forced.reset(token)

@@ -1,5 +1,7 @@
 """The hooks decisions reach the calls through: schedule.tuned (what choose reads) and the dispatch."""
 
+import threading
+
 import mlx.core as mx
 import numpy as np
 
@@ -73,3 +75,13 @@ def test_capture_collects_each_checked_call(weight, gate_up):
         mt.fused_linear(mx.ones((1, K), mx.bfloat16), gate_up, epilogue="swiglu")
     assert [(c.rows, c.epilogue, len(c.weights)) for c in calls] == [(2, None, 1), (1, "swiglu", 2)]
     assert not dispatch._CAPTURES
+
+
+def test_forcing_is_seen_only_by_the_thread_that_forces(weight):
+    seen = {}
+    with tuned.forcing(CPU, spec_of(weight), Shape(K, N), Route("cpu", "native", native=True)):
+        worker = threading.Thread(target=lambda: seen.update(other=backend_of(weight, 2)))
+        worker.start()
+        worker.join()
+        seen["mine"] = backend_of(weight, 2)
+    assert seen == {"other": "cpu", "mine": "mlx (tuned)"}
