@@ -8,8 +8,8 @@ int4 weights of group 64.
     python -m bench.render_tuned bench/results/<machine>-tuned-<date>.json
 
 The tuned model is `mlx_metile.patch(model)` then `mlx_metile.autotune(model, rows=BATCHES)` into a
-fresh store (so the tuning itself runs, and its time and decisions go into every result's
-extra_info); the stock model is an identical one (the same seed), unpatched. For each batch the
+fresh store, so the tuning itself runs (or into MLX_METILE_TUNE_STORE where set, whose decisions
+are used); its time and decisions go into the tuned results' extra_info. The stock model is an identical one (the same seed), unpatched. For each batch the
 stock and the tuned runs are adjacent in time. --bench-hidden, --bench-layers, --bench-intermediate,
 --bench-head-dim size the model and --bench-decode the tokens of a round (bench/conftest.py).
 """
@@ -23,6 +23,7 @@ import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
 import mlx_metile as mt
+from mlx_metile import settings
 from mlx_metile.tune import Store
 
 from .random_llama import random_llama
@@ -49,7 +50,9 @@ def models(pytestconfig, tmp_path_factory):
     report = mt.patch(tuned)
     assert report and not report.declined, str(report)
     t0 = time.perf_counter()
-    store = Store(tmp_path_factory.mktemp("tune") / "decisions.sqlite3")
+    # MLX_METILE_TUNE_STORE: decisions already there are used (the count is in extra_info); else a fresh store
+    given = settings.current().tune_store
+    store = Store(given) if given is not None else Store(tmp_path_factory.mktemp("tune") / "decisions.sqlite3")
     tuning = mt.autotune(tuned, rows=BATCHES, store=store, progress=True)
     seconds = time.perf_counter() - t0
     print(tuning)
@@ -61,7 +64,8 @@ def models(pytestconfig, tmp_path_factory):
             "cpu_confirm": None if d.records.get("cpu") is None else d.records["cpu"].confirm,
             "rejected": d.rejected,
         }
-    return {"stock": stock, "tuned": tuned, "tune_seconds": seconds, "decisions": decisions}
+    stored = sum(d.from_store for d in tuning.decisions)
+    return {"stock": stock, "tuned": tuned, "tune_seconds": seconds, "decisions": decisions, "from_store": stored}
 
 
 @pytest.mark.parametrize("impl", ["stock", "tuned"])
@@ -87,6 +91,7 @@ def test_decode_tuned(benchmark, pytestconfig, models, batch, impl):
     benchmark.extra_info["impl"] = impl
     if impl == "tuned":
         benchmark.extra_info["tune_seconds"] = models["tune_seconds"]
+        benchmark.extra_info["decisions_from_store"] = models["from_store"]
         benchmark.extra_info["decisions"] = models["decisions"].get(batch, {})
         with mt.trace() as t:  # what the tuned model runs at this batch
             decode(prefill()[0][0])

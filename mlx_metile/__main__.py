@@ -91,7 +91,13 @@ def tune(args: argparse.Namespace) -> int:
         print(show(store))
         return 0
     if args.model:
+        from pathlib import Path
+
         import mlx_lm
+
+        if not Path(args.model).is_dir():
+            print(f"--model: {args.model!r} is not a local model directory (nothing is downloaded)", file=sys.stderr)
+            return 2
 
         import mlx_metile as mt
 
