@@ -39,14 +39,32 @@ FORMATS = {
     "int4g128": (4, 128),
     "int8g32": (8, 32),
     "int8g128": (8, 128),
+    # MLX's microscaling modes: uint8 scales, no biases
+    "mxfp4": (4, 32),
+    "mxfp8": (8, 32),
+    "nvfp4": (4, 16),
 }
+MICROSCALED = ("mxfp4", "mxfp8", "nvfp4")  # benchmark format -> MLX's quantization mode of that name
+
+
+def mode_of(fmt: str) -> str:
+    return fmt if fmt in MICROSCALED else "affine"
+
+
+def quantized_weight(fmt: str, p: tuple) -> mt.QuantizedWeight:
+    """A pool entry of a quantized format as a QuantizedWeight."""
+    bits, group = FORMATS[fmt]
+    return mt.QuantizedWeight(p[0], p[1], p[2] if len(p) == 3 else None, group, bits, mode_of(fmt))
 
 
 def make_weight(fmt: str, K: int, N: int, seed: int) -> tuple:
-    """(w,) for bf16, else MLX's (packed, scales, biases) in that format."""
+    """(w,) for bf16, else MLX's (packed, scales, biases) in that format ((packed, scales) for
+    the microscaling modes)."""
     w = (mx.random.normal((N, K), key=mx.random.key(seed)) * K**-0.5).astype(mx.bfloat16)
     bits, group = FORMATS[fmt]
-    return (w,) if fmt == "bf16" else tuple(mx.quantize(w, group_size=group, bits=bits))
+    if fmt == "bf16":
+        return (w,)
+    return tuple(mx.quantize(w, group_size=group, bits=bits, mode=mode_of(fmt)))
 
 
 def make_pool(fmt: str, K: int, N: int, widths: tuple[int, ...] = (), pool_bytes: int = POOL_BYTES):
@@ -73,17 +91,18 @@ def flat(entry: tuple) -> tuple:
 def product(impl: str, fmt: str, x, p):
     """One projection of x by pool entry p: mlx_metile's op or stock MLX's."""
     bits, group = FORMATS[fmt]
+    if fmt == "bf16":
+        return mt.linear(x, p[0]) if impl == "mlx_metile" else x @ p[0].T
     if impl == "mlx_metile":
-        return mt.linear(x, p[0]) if fmt == "bf16" else mt.quantized_linear(x, *p, group_size=group, bits=bits)
-    return x @ p[0].T if fmt == "bf16" else mx.quantized_matmul(x, *p, transpose=True, group_size=group, bits=bits)
+        return mt.quantized_linear(x, *p, group_size=group, bits=bits, mode=mode_of(fmt))
+    return mx.quantized_matmul(x, *p, transpose=True, group_size=group, bits=bits, mode=mode_of(fmt))
 
 
 def fused_product(impl: str, fmt: str, x, entry: tuple, epilogue: str | None) -> list:
     """One fused product of x by a pool entry (a weight per output): mlx_metile's one kernel,
     or stock MLX's products and then SwiGLU (silu(gate) * up, as mlx-lm's MLP)."""
     if impl == "mlx_metile":
-        bits, group = FORMATS[fmt]
-        ws = [p[0] if fmt == "bf16" else mt.QuantizedWeight(*p, group, bits) for p in entry]
+        ws = [p[0] if fmt == "bf16" else quantized_weight(fmt, p) for p in entry]
         out = mt.fused_linear(x, ws, epilogue=epilogue)
         return out if isinstance(out, list) else [out]
     outs = [product("stock", fmt, x, p) for p in entry]

@@ -32,7 +32,7 @@ def pytest_addoption(parser):
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
-    from bench import machine
+    from mlx_metile.cli import machine
 
     facts = machine.facts()
     machine_info["mlx_version"] = facts["mlx"]
@@ -52,6 +52,6 @@ def _positive(config, name: str) -> int:
 
 @pytest.fixture(scope="session")
 def bench_size(pytestconfig):
-    from bench.workloads import Size
+    from mlx_metile.cli.workloads import Size
 
     return Size(*(_positive(pytestconfig, n) for n in ("bench_k", "bench_n", "bench_pool")))

@@ -26,10 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mlx.core as mx  # noqa: E402
 
 import mlx_metile as mt  # noqa: E402
-from bench import cases, machine, torch_cuda  # noqa: E402
+from bench import cases, torch_cuda  # noqa: E402
 from bench.cases import FORMATS, FUSED_SHAPES, ROWS, SHAPES, chain, flat, make_pool, product_step, products  # noqa: E402
 from bench.timing import copy_roofline, timed_pair, timed_with_host  # noqa: E402
 from mlx_metile.backends.cuda_launch import launch_kind  # noqa: E402
+from mlx_metile.cli import machine  # noqa: E402
 
 # eager: the graph built in Python per evaluation; compiled: mx.compile; chained: compiled, each
 # product taking the previous one's output (cases.chain), as a model's layers do

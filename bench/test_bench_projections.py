@@ -12,7 +12,7 @@ import itertools
 import mlx.core as mx
 import pytest
 
-from . import workloads as W
+from mlx_metile.cli import workloads as W
 
 WORKLOADS = {
     "linear_bf16": lambda size: W.linear(size, mx.bfloat16),

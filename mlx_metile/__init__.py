@@ -3,7 +3,7 @@
 from . import nn
 from .formats import QuantizedWeight
 from .integrations import PatchReport, patch
-from .ops import fused_linear, linear, quantized_linear
+from .ops import fused_linear, linear, matmul, quantized_linear
 from .projection import Projection
 from .trace import Trace, TraceRecord, trace
 from .tune import autotune
@@ -19,6 +19,7 @@ __all__ = [
     "autotune",
     "fused_linear",
     "linear",
+    "matmul",
     "nn",
     "patch",
     "quantized_linear",

@@ -181,13 +181,18 @@ def check(
 
 
 def product_dtypes(x_dtype: mx.Dtype, weights) -> list:
-    """Each stock product's dtype: x promoted with a dense weight, or with a quantized one's scales."""
-    return [_promote(x_dtype, w.scales.dtype if isinstance(w, QuantizedWeight) else w.dtype) for w in weights]
+    """Each stock product's dtype: x promoted with a dense weight, or with affine scales; x's
+    own with a microscaled weight."""
+    out = []
+    for w in weights:
+        partner = formats.partner_dtype(w)
+        out.append(x_dtype if partner is None else _promote(x_dtype, partner))
+    return out
 
 
 def stock_dtypes(x_dtype: mx.Dtype, weights, biases, epilogue: str | None, residual) -> tuple:
     """Each output's dtype under the stock composition: the product promotes x with a dense
-    weight or a quantized weight's scales, then with its bias; SwiGLU multiplies the two;
+    weight or affine scales (microscaled: x's dtype), then with its bias; SwiGLU multiplies the two;
     a residual promotes the single output."""
     zs = []
     for d, b in zip(product_dtypes(x_dtype, weights), biases):

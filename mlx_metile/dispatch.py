@@ -168,7 +168,7 @@ def _buffers(weights, biases) -> int:
     the scalars M, K and N_i."""
     count = 1 + 2
     for w, b in zip(weights, biases):
-        count += (3 if isinstance(w, QuantizedWeight) else 1) + (b is not None) + 1 + 1
+        count += (len(w.arrays()) if isinstance(w, QuantizedWeight) else 1) + (b is not None) + 1 + 1
     return count
 
 
@@ -233,7 +233,10 @@ def _run(call: Call, stream: StreamLike) -> list[mx.array]:
         return [o.reshape(*lead, o.shape[-1]) for o in outs]
 
     spec = spec_of(call, target, None if norm is None else float(norm[1]))
-    artifact = _compiled(spec, row_bucket(rows), target, shape, settings.generation(), route)
+    if backend == "cpu":
+        artifact = primitive.CpuKernel(spec.name())
+    else:
+        artifact = _compiled(spec, row_bucket(rows), target, shape, settings.generation(), route)
     scalars = {"M": rows, "K": K, **{f"N{i}": n for i, n in enumerate(Ns)}}
     if backend == "cuda":
         compiler = None if route is None else route.compiler
@@ -305,7 +308,7 @@ def reference_of_flat(arrays, weights, biases, epilogue, has_residual) -> list[m
     ws, bs = [], []
     for w, b in zip(weights, biases):
         if isinstance(w, QuantizedWeight):
-            ws.append(QuantizedWeight(next(it), next(it), next(it), w.group_size, w.bits))
+            ws.append(w.with_arrays([next(it) for _ in w.arrays()]))
         else:
             ws.append(next(it))
         bs.append(next(it) if b is not None else None)

@@ -42,7 +42,7 @@ class Linear(mlx_nn.Module):
 
 
 class QuantizedLinear(mlx_nn.Module):
-    """Drop-in for `mlx.nn.QuantizedLinear` (affine), weights used as stored."""
+    """Drop-in for `mlx.nn.QuantizedLinear` in any of its modes, weights used as stored."""
 
     @classmethod
     def from_quantized_linear(cls, layer: mlx_nn.QuantizedLinear) -> QuantizedLinear:
@@ -51,15 +51,24 @@ class QuantizedLinear(mlx_nn.Module):
         QuantizedWeight.from_quantized_linear(layer)  # validates the format
         out = cls.__new__(cls)
         mlx_nn.Module.__init__(out)
-        out.weight, out.scales, out.biases = layer.weight, layer.scales, layer.biases
+        out.weight, out.scales = layer.weight, layer.scales
+        if "biases" in layer:
+            out.biases = layer.biases
         if "bias" in layer:
             out.bias = layer.bias
-        out.group_size, out.bits = layer.group_size, layer.bits
+        out.group_size, out.bits, out.mode = layer.group_size, layer.bits, getattr(layer, "mode", "affine")
         return out
 
     def __call__(self, x: mx.array) -> mx.array:
         return quantized_linear(
-            x, self.weight, self.scales, self.biases, group_size=self.group_size, bits=self.bits, bias=self.get("bias")
+            x,
+            self.weight,
+            self.scales,
+            self.get("biases"),
+            group_size=self.group_size,
+            bits=self.bits,
+            mode=self.mode,
+            bias=self.get("bias"),
         )
 
 

@@ -17,7 +17,9 @@ from .call import Norm, check, norm_argument, weight_lists
 from .dispatch import StreamLike
 from .formats import QuantizedWeight, Weight
 
-__all__ = ["fused_linear", "linear", "project", "quantized_linear"]
+__all__ = ["fused_linear", "linear", "matmul", "project", "quantized_linear"]
+
+_FLOATS = (mx.float32, mx.float16, mx.bfloat16)
 
 
 def project(
@@ -51,16 +53,17 @@ def quantized_linear(
     x: mx.array,
     w: mx.array,
     scales: mx.array,
-    biases: mx.array,
+    biases: mx.array | None = None,
     *,
-    group_size: int = 64,
-    bits: int = 4,
+    group_size: int | None = None,
+    bits: int | None = None,
     mode: str = "affine",
     bias: mx.array | None = None,
     stream: StreamLike = None,
 ) -> mx.array:
-    """`mx.quantized_matmul(x, w, scales, biases, transpose=True, group_size, bits, mode)` (+ bias);
-    mode "affine" only."""
+    """`mx.quantized_matmul(x, w, scales, biases, transpose=True, group_size, bits, mode)` (+ bias)
+    in every mode of MLX (see QuantizedWeight): biases for "affine", None for "mxfp4", "mxfp8"
+    and "nvfp4"; group_size and bits default to the mode's."""
     qw = QuantizedWeight(w, scales, biases, group_size, bits, mode)
     try:
         return project("quantized_linear", x, [qw], [bias], None, None, stream)[0]
@@ -94,3 +97,22 @@ def fused_linear(
     ws, bs = weight_lists(weights, biases)
     outs = project("fused_linear", x, ws, bs, epilogue, residual, stream, norm_argument(norm))
     return outs[0] if len(outs) == 1 and (epilogue == "swiglu" or residual is not None or len(weights) == 1) else outs
+
+
+def matmul(a: mx.array, b: mx.array, *, stream: StreamLike = None) -> mx.array:
+    """`mx.matmul(a, b)` exactly - batch broadcasting, 1-D operands, dtypes, errors - with the
+    projection-shaped products (b a 2-D [K, N] float weight, a float [..., K]) on the kernels as
+    `linear(a, b.T)`; everything else goes to mx.matmul itself. Models' `x @ w.T` passes the
+    transposed view of w, whose transpose is w again: no copy."""
+    projection = (
+        isinstance(a, mx.array)
+        and isinstance(b, mx.array)
+        and b.ndim == 2
+        and a.ndim >= 1
+        and a.dtype in _FLOATS
+        and b.dtype in _FLOATS
+        and a.shape[-1] == b.shape[0]
+    )
+    if not projection:
+        return mx.matmul(a, b, stream=stream)
+    return linear(a, b.T, stream=stream)

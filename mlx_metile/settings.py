@@ -249,6 +249,12 @@ def _declare() -> dict[str, Setting]:
             None,
             "the tuner's sqlite store of decisions (default: <cache root>/tune/decisions.sqlite3)",
         ),
+        Setting(
+            "PATCHED_ARCHIVES",
+            _boolean,
+            False,
+            "patched Metal binary archives as tournament candidates (mlx_metile.native; needs macOS)",
+        ),
     ]
     for knob, allowed in MMA_KNOBS.items():
         items.append(Setting(f"CUDA_MMA_{knob.upper()}", _int_choice(allowed), None, f"Schedule override: {knob}"))
@@ -287,6 +293,7 @@ class Settings:
     cuda_mma_fused: bool = True
     cuda_mma_staged: bool = True
     tune_store: Path | None = None
+    patched_archives: bool = False  # MLX_METILE_PATCHED_ARCHIVES (docs/NATIVE.md)
     # MLX_METILE_CUDA_MMA_<KNOB>: the knobs set, (knob, value) pairs (MMA_KNOBS); a tuple, so that
     # a Settings value is hashable and can key the schedule cache
     mma: tuple[tuple[str, int], ...] = ()

@@ -40,8 +40,8 @@ NB_MODULE(_ext, m) {
          const std::vector<mx::Dtype>& out_dtypes, const std::string& target, const std::string& source,
          const std::string& entry, std::array<int64_t, 3> threadgroups, std::array<int64_t, 3> threads,
          const std::vector<std::tuple<int, int64_t>>& bindings, const std::string& key, const std::vector<int>& bits,
-         const std::vector<int>& group_size, const std::vector<int>& has_bias, int epilogue, bool has_residual,
-         const std::string& emulator_object, mx::StreamOrDevice s) {
+         const std::vector<int>& group_size, const std::vector<int>& mode, const std::vector<int>& has_bias,
+         int epilogue, bool has_residual, const std::string& emulator_object, mx::StreamOrDevice s) {
         mt::Artifact a;
         a.target = target;
         a.source = source;
@@ -53,6 +53,7 @@ NB_MODULE(_ext, m) {
         mt::ProjectionDesc d;
         d.bits = bits;
         d.group_size = group_size;
+        d.mode = mode;
         d.has_bias = has_bias;
         d.epilogue = static_cast<mt::Epilogue>(epilogue);
         d.has_residual = has_residual;
@@ -61,7 +62,7 @@ NB_MODULE(_ext, m) {
         return mt::tile_kernel(inputs, shapes, out_dtypes, std::move(a), std::move(d), emulator_object, s);
       },
       "inputs"_a, "out_shapes"_a, "out_dtypes"_a, "target"_a, "source"_a, "entry"_a, "threadgroups"_a, "threads"_a,
-      "bindings"_a, "key"_a, "bits"_a, "group_size"_a, "has_bias"_a, "epilogue"_a, "has_residual"_a,
+      "bindings"_a, "key"_a, "bits"_a, "group_size"_a, "mode"_a, "has_bias"_a, "epilogue"_a, "has_residual"_a,
       "emulator_object"_a, nb::kw_only(), "stream"_a = nb::none(),
       "Build the array node of one compiled tile kernel (internal; see mlx_metile.ops).");
 

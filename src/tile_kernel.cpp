@@ -71,7 +71,7 @@ std::vector<mx::Shape> TileKernel::output_shapes(const std::vector<mx::array>& i
     mx::Shape s = lead;
     s.push_back(inputs[idx].shape(0));
     shapes.push_back(s);
-    idx += 1 + (desc_.bits[i] ? 2 : 0) + (desc_.has_bias[i] ? 1 : 0);
+    idx += desc_.weight_arrays(i) + (desc_.has_bias[i] ? 1 : 0);
   }
   if (desc_.epilogue == Epilogue::SwiGLU || desc_.has_residual) shapes.resize(1);
   return shapes;

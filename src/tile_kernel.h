@@ -41,22 +41,32 @@ enum class Epilogue : int { None = 0, SwiGLU = 1, Gelu = 2, GeluApprox = 3, Silu
 
 // What the kernel computes, for the CPU path and for gradients:
 //   inputs  = x[M,K], then per weight: w (dense [N,K] or packed [N,K*bits/32]),
-//             [scales, biases] when quantized, [bias[N]] when has_bias;
+//             [scales, biases] when affine, [scales] (uint8) when microscaled,
+//             [bias[N]] when has_bias;
 //             then residual[M,N] when has_residual.
 //   outputs = one per weight (Epilogue None / Gelu / Silu without residual),
 //             or a single output (SwiGLU, or a residual add).
+// A quantized weight's mode (dense weights have bits 0 and mode Affine).
+enum class QuantMode : int { Affine = 0, MxFp4 = 1, MxFp8 = 2, NvFp4 = 3 };
+
 struct ProjectionDesc {
   std::vector<int> bits;        // 0 = dense
   std::vector<int> group_size;  // quantized only
+  std::vector<int> mode;        // QuantMode, per weight
   std::vector<int> has_bias;
   Epilogue epilogue = Epilogue::None;
   bool has_residual = false;
 
   bool operator==(const ProjectionDesc& o) const {
-    return bits == o.bits && group_size == o.group_size && has_bias == o.has_bias && epilogue == o.epilogue &&
-           has_residual == o.has_residual;
+    return bits == o.bits && group_size == o.group_size && mode == o.mode && has_bias == o.has_bias &&
+           epilogue == o.epilogue && has_residual == o.has_residual;
   }
   int num_weights() const { return static_cast<int>(bits.size()); }
+  // The arrays of weight i among the inputs: w, then scales (and biases) when quantized.
+  int weight_arrays(int i) const {
+    if (!bits[i]) return 1;
+    return static_cast<QuantMode>(mode[i]) == QuantMode::Affine ? 3 : 2;
+  }
 };
 
 class TileKernel : public mx::Primitive {

@@ -5,12 +5,36 @@ Metal the artifact's MSL."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import mlx.core as mx
 
 from ..spec import EPILOGUE_CODES
 from .emulated import emulator_object
 from .extension import require
 from .inputs import binding_template
+
+# WeightFormat.mode -> src/tile_kernel.h QuantMode (dense weights: 0, told apart by bits 0)
+QUANT_MODE_CODES = {"dense": 0, "affine": 0, "mxfp4": 1, "mxfp8": 2, "nvfp4": 3}
+
+
+@dataclass(frozen=True)
+class CpuKernel:
+    """What the primitive holds on the C++ CPU path, which computes from the call's description
+    (src/cpu/projection.cpp): no compiled code, so nothing is lowered for it."""
+
+    entry: str  # the spec's name, for traces
+    target: str = "cpu"
+    source: str = ""
+    params: tuple = ()
+    threads_per_group: tuple[int, int, int] = (1, 1, 1)
+
+    @property
+    def key(self) -> str:
+        return "cpu:" + self.entry
+
+    def grid(self, rows: int, cols: int) -> tuple[int, int, int]:
+        return (1, 1, 1)
 
 
 def launch(
@@ -40,6 +64,7 @@ def launch(
         artifact.key,
         [f.bits for f in call.formats],
         [f.group_size for f in call.formats],
+        [QUANT_MODE_CODES[f.mode] for f in call.formats],
         [int(f.has_bias) for f in call.formats],
         EPILOGUE_CODES[call.epilogue],
         call.residual is not None,

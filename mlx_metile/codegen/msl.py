@@ -31,6 +31,7 @@ class MSLRenderer(CStyleRenderer):
         "simdgroup": "metile_simdgroup",
         "program_id0": "int(metile_tgid.x)",
         "program_id1": "int(metile_tgid.y)",
+        "bits_as_f32": "as_type<float>({0})",
         "vget_u32": "{0}[{1}]",
         "vget_f32": "{0}[{1}]",
         "vget_bf16": "as_type<bfloat2>({0}[{1} / 2])[{1} % 2]",

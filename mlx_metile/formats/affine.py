@@ -3,11 +3,7 @@ with scales and biases per `group_size` columns; element (n, k) is scale * q + b
 
 from __future__ import annotations
 
-import numbers
-import weakref
-
 import mlx.core as mx
-import mlx.nn as nn
 import numpy as np
 
 from ..ir.builder import Builder, T
@@ -15,123 +11,39 @@ from .dtypes import float_dtype, require_array
 from .format import WeightFormat
 
 MODE = "affine"
-MLX_OTHER_MODES = ("mxfp4", "mxfp8", "nvfp4")  # MLX's microscaling modes, which the kernels do not take
 SUPPORTED_BITS = (2, 3, 4, 5, 6, 8)
 SUPPORTED_GROUP_SIZES = (32, 64, 128)
 
-_VALIDATED: dict[tuple, tuple] = {}  # (ids, settings) -> weak references to the arrays validated, signature
-_VALIDATED_LIMIT = 4096
 
-
-class QuantizedWeight:
-    """A weight in MLX's affine quantized format (bits 2, 3, 4, 5, 6 or 8), used as stored (no
-    repacking): `w` uint32 [N, K*bits/32], each row's words one bit stream, least-significant bits
-    first (3, 5 and 6-bit values straddle words); `scales` and `biases` [N, K/group_size]; element
-    (n, k) is scales*q + biases. `mode` is "affine" (MLX's other modes are refused by name)."""
-
-    def __init__(
-        self,
-        w: mx.array,
-        scales: mx.array,
-        biases: mx.array,
-        group_size: int = 64,
-        bits: int = 4,
-        mode: str = "affine",
-    ):
-        check_mode(mode)
-        group_size, bits = integer(group_size, "group_size"), integer(bits, "bits")
-        # Arrays never change shape or dtype, so the same three arrays (the same
-        # objects, checked through weak references: an id alone may be reused)
-        # with the same settings need validating once - this runs on every eager call.
-        key = (id(w), id(scales), id(biases), group_size, bits)
-        entry = _VALIDATED.get(key)
-        if entry is None or entry[0]() is not w or entry[1]() is not scales or entry[2]() is not biases:
-            self._validate(w, scales, biases, group_size, bits)
-            if len(_VALIDATED) >= _VALIDATED_LIMIT:
-                _VALIDATED.clear()
-            q = (w, scales, biases)
-            signature = (group_size, bits, *(a.shape for a in q), *(a.dtype for a in q))
-            entry = _VALIDATED[key] = (weakref.ref(w), weakref.ref(scales), weakref.ref(biases), signature)
-        # immutable, so that what calls with it are planned by stays true of it:
-        # set through its __dict__ (signature: its format and shapes)
-        self.__dict__.update(w=w, scales=scales, biases=biases, group_size=group_size, bits=bits, signature=entry[3])
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"QuantizedWeight is immutable: make a new one rather than set {name!r}")
-
-    def __reduce__(self):
-        # pickling and copy.deepcopy rebuild it from its arrays (MLX pickles arrays itself)
-        return (QuantizedWeight, (self.w, self.scales, self.biases, self.group_size, self.bits))
-
-    @staticmethod
-    def _validate(w, scales, biases, group_size: int, bits: int) -> None:
-        w = require_array(w, "w")
-        scales = require_array(scales, "scales")
-        biases = require_array(biases, "biases")
-        if bits not in SUPPORTED_BITS:
-            raise ValueError(f"bits: {bits} is not supported; use one of {SUPPORTED_BITS}")
-        if group_size not in SUPPORTED_GROUP_SIZES:
-            raise ValueError(f"group_size: {group_size} is not supported; use one of {SUPPORTED_GROUP_SIZES}")
-        if w.dtype != mx.uint32 or w.ndim != 2:
-            raise ValueError(f"w: expected a 2-D uint32 array of packed values, got {w.dtype} with shape {w.shape}")
-        n, words = w.shape
-        if words * 32 % bits:
-            raise ValueError(f"w: {words} words per row do not hold whole {bits}-bit values")
-        k = words * 32 // bits
-        if k % group_size:
+def validate(w, scales, biases, group_size: int, bits: int) -> None:
+    w = require_array(w, "w")
+    scales = require_array(scales, "scales")
+    if biases is None:
+        raise ValueError("biases: mode 'affine' needs biases (one per group, like its scales)")
+    biases = require_array(biases, "biases")
+    if bits not in SUPPORTED_BITS:
+        raise ValueError(f"bits: {bits} is not supported; use one of {SUPPORTED_BITS}")
+    if group_size not in SUPPORTED_GROUP_SIZES:
+        raise ValueError(f"group_size: {group_size} is not supported; use one of {SUPPORTED_GROUP_SIZES}")
+    if w.dtype != mx.uint32 or w.ndim != 2:
+        raise ValueError(f"w: expected a 2-D uint32 array of packed values, got {w.dtype} with shape {w.shape}")
+    n, words = w.shape
+    if words * 32 % bits:
+        raise ValueError(f"w: {words} words per row do not hold whole {bits}-bit values")
+    k = words * 32 // bits
+    if k % group_size:
+        raise ValueError(
+            f"group_size: K={k} (from w's {words} words per row at bits={bits}) is not a multiple of {group_size}"
+        )
+    expect = (n, k // group_size)
+    for name, a in (("scales", scales), ("biases", biases)):
+        if tuple(a.shape) != expect:
             raise ValueError(
-                f"group_size: K={k} (from w's {words} words per row at bits={bits}) is not a multiple of {group_size}"
+                f"{name}: expected shape {expect} for N={n}, K={k}, group_size={group_size}, got {a.shape}"
             )
-        expect = (n, k // group_size)
-        for name, a in (("scales", scales), ("biases", biases)):
-            if tuple(a.shape) != expect:
-                raise ValueError(
-                    f"{name}: expected shape {expect} for N={n}, K={k}, group_size={group_size}, got {a.shape}"
-                )
-            float_dtype(a, name)
-        if scales.dtype != biases.dtype:
-            raise ValueError(f"biases: dtype {biases.dtype} differs from scales' {scales.dtype}")
-
-    @property
-    def mode(self) -> str:
-        return MODE
-
-    @property
-    def N(self) -> int:
-        return self.w.shape[0]
-
-    @property
-    def K(self) -> int:
-        return self.w.shape[1] * 32 // self.bits
-
-    @classmethod
-    def from_quantized_linear(cls, layer: nn.Module, arrays: nn.Module | None = None) -> QuantizedWeight:
-        """From an `mlx.nn.QuantizedLinear` (affine mode); its weight, scales and biases read from
-        `arrays` (a module holding them under the same names) where given."""
-        mode = getattr(layer, "mode", "affine")
-        if mode != MODE:
-            raise ValueError(f"layer: quantization mode {mode!r} is not supported; only 'affine'")
-        src = layer if arrays is None else arrays
-        return cls(src["weight"], src["scales"], src["biases"], layer.group_size, layer.bits)
-
-    def __repr__(self) -> str:
-        return f"QuantizedWeight(N={self.N}, K={self.K}, bits={self.bits}, group_size={self.group_size})"
-
-
-def check_mode(mode: object) -> None:
-    """Only MLX's affine mode is taken; its microscaling modes are refused by name."""
-    if mode == MODE:
-        return
-    if mode in MLX_OTHER_MODES:
-        raise ValueError(f"mode: {mode!r} is not supported; only 'affine' (MLX's mxfp4, mxfp8 and nvfp4 are not)")
-    raise ValueError(f"mode: {mode!r} is not a quantization mode of MLX; expected 'affine'")
-
-
-def integer(value, what: str) -> int:
-    """An integer argument as MLX takes it (Python or numpy integers); a TypeError naming it else."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{what}: expected an integer, got {type(value).__name__} {value!r}")
-    return int(value)
+        float_dtype(a, name)
+    if scales.dtype != biases.dtype:
+        raise ValueError(f"biases: dtype {biases.dtype} differs from scales' {scales.dtype}")
 
 
 def declare(b: Builder, i: int, wf: WeightFormat) -> None:
@@ -167,11 +79,11 @@ def tile(b: Builder, i: int, wf: WeightFormat, local_cols: T, col_ok: T, ks: T, 
     return q * scale + bias
 
 
-def inputs(w: QuantizedWeight) -> list[mx.array]:
+def inputs(w) -> list[mx.array]:
     return [w.w, w.scales, w.biases]
 
 
-def product(x: mx.array, w: QuantizedWeight) -> mx.array:
+def product(x: mx.array, w) -> mx.array:
     """The stock MLX product of x with the quantized weight (transposed)."""
     return mx.quantized_matmul(x, w.w, w.scales, w.biases, transpose=True, group_size=w.group_size, bits=w.bits)
 
@@ -187,6 +99,6 @@ def dequantize_exact(w: mx.array, scales: mx.array, biases: mx.array, group_size
     return s * q + b
 
 
-def reference(w: QuantizedWeight) -> np.ndarray:
+def reference(w) -> np.ndarray:
     """The weight as float64, exactly."""
     return dequantize_exact(w.w, w.scales, w.biases, w.group_size, w.bits)

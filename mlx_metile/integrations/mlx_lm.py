@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx.utils import tree_flatten
 
 from ..schedule import ROW_BUCKETS, row_bucket
 from ..tune import autotune
@@ -88,6 +91,7 @@ class PatchReport:
     declined: list[tuple[str, str, str]] = field(default_factory=list)
     max_diff: float | None = None  # verified logits difference, relative to their scale
     allowed: float | None = None
+    seconds: float = 0.0  # what patch() took, verification included
     tuning: object | None = None  # patch(tune=True): the mlx_metile.tune.Tuning of the patched calls
     _parts: list[Part] = field(default_factory=list, repr=False)
 
@@ -95,7 +99,9 @@ class PatchReport:
         return bool(self.replaced)
 
     def __str__(self) -> str:
-        lines = [f"mlx_metile.patch: {len(self.replaced)} replaced, {len(self.declined)} declined"]
+        lines = [
+            f"mlx_metile.patch: {len(self.replaced)} replaced, {len(self.declined)} declined in {self.seconds:.1f} s"
+        ]
         if self.max_diff is not None:
             lines.append(
                 f"  verified: max |logits - float32 reference| = {self.max_diff:.3g} x scale (allowed {self.allowed:.3g})"
@@ -375,8 +381,11 @@ def _model_dtype(model: nn.Module) -> mx.Dtype:
     for _, _, mod, _ in _walk(model):
         if isinstance(mod, (nn.Embedding, nn.Linear)):
             return mod.weight.dtype
-        if isinstance(mod, (nn.QuantizedEmbedding, nn.QuantizedLinear)):
-            return mod.scales.dtype
+        if isinstance(mod, (nn.QuantizedEmbedding, nn.QuantizedLinear)) and mod.scales.dtype != mx.uint8:
+            return mod.scales.dtype  # (microscaled layers' scales are uint8 codes: no activation dtype)
+    for _, a in tree_flatten(model.parameters()):
+        if a.dtype in (mx.float32, mx.float16, mx.bfloat16):
+            return a.dtype
     return mx.float32
 
 
@@ -472,6 +481,7 @@ def patch(
             rows = sorted({b for b in ROW_BUCKETS if b <= max_rows} | {row_bucket(max_rows)})
             report.tuning = autotune(model, rows=rows)
         return report
+    started = time.perf_counter()
     report = PatchReport()
     if not verify:
         parts = _discover(model, max_rows, report.declined, dense, fuse_norms)
@@ -479,8 +489,10 @@ def patch(
             p.on()
         report._parts = parts
         report.replaced = [(p.path, p.kind) for p in parts]
+        report.seconds = time.perf_counter() - started
         return report
 
+    _progress("patch: running the unpatched model")
     before = synthetic_logits(model, seed)
     scale = float(mx.abs(before).max()) or 1.0
     truth = _float32_logits(model, seed)  # before discovery: it swaps arrays in and out
@@ -499,15 +511,20 @@ def patch(
             report.declined.append((p.path, p.kind, f"probe: outputs differ by {d:.3g} x scale"))
             parts.remove(p)
 
+    measured: dict[frozenset[int], float] = {}  # active set -> its distance (each set runs once)
+
     def diff(active: list[Part]) -> float:
         """Distance of the patched model's logits from the reference, / scale."""
+        on = frozenset(id(p) for p in active if p.needs is None or p.needs in active)
         for p in parts:
             p.off()
         for p in active:
             if p.needs is None or p.needs in active:
                 p.on()
-        after = synthetic_logits(model, seed)
-        return float(mx.abs(after - truth).max()) / scale
+        if on not in measured:
+            _progress(f"patch: verifying {len(on)} of {len(parts)} parts")
+            measured[on] = float(mx.abs(synthetic_logits(model, seed) - truth).max()) / scale
+        return measured[on]
 
     def keep(candidates: list[Part], base: list[Part]) -> list[Part]:
         """The subset of candidates that verifies on top of `base`, by bisection."""
@@ -545,4 +562,12 @@ def patch(
     report._parts = kept
     report.replaced = [(p.path, p.kind) for p in kept]
     report.formats = {(p.path, p.kind): p.formats for p in kept if p.formats}
+    report.seconds = time.perf_counter() - started
+    _progress("")
     return report
+
+
+def _progress(stage: str) -> None:
+    """One overwritten status line on stderr while patch() verifies, where stderr is a terminal."""
+    if sys.stderr.isatty():
+        print(f"\r{stage[:79]:79s}", end="" if stage else "\r", file=sys.stderr, flush=True)

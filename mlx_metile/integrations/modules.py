@@ -12,7 +12,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from ..formats import QuantizedWeight
-from ..formats.affine import MODE, SUPPORTED_BITS, SUPPORTED_GROUP_SIZES
+from ..formats import supported as format_supported
 from ..ops import fused_linear
 from ..projection import Projection
 from ..schedule import norm_pays
@@ -111,7 +111,7 @@ def format_name(layer: nn.Module) -> str:
     """A layer's weight format as reports name it: `q4g64` (affine), `mxfp4` (another mode), `bf16`."""
     if isinstance(layer, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
         mode = getattr(layer, "mode", "affine")
-        return f"q{layer.bits}g{layer.group_size}" if mode == MODE else mode
+        return f"q{layer.bits}g{layer.group_size}" if mode == "affine" else mode
     return {mx.float32: "f32", mx.float16: "f16", mx.bfloat16: "bf16"}.get(
         layer["weight"].dtype, str(layer["weight"].dtype)
     )
@@ -119,11 +119,7 @@ def format_name(layer: nn.Module) -> str:
 
 def quantized_supported(layer: nn.Module) -> bool:
     """A quantized layer (linear or embedding) in a format the kernels take."""
-    return (
-        getattr(layer, "mode", "affine") == MODE
-        and layer.bits in SUPPORTED_BITS
-        and layer.group_size in SUPPORTED_GROUP_SIZES
-    )
+    return format_supported(getattr(layer, "mode", "affine"), layer.bits, layer.group_size)
 
 
 def supported(layer: nn.Module) -> bool:
@@ -135,7 +131,7 @@ def supported(layer: nn.Module) -> bool:
 
 
 def embedding_supported(emb: nn.Module) -> bool:
-    """An embedding whose table the output projection can run on: float, or a supported affine one."""
+    """An embedding whose table the output projection can run on: float, or a supported quantized one."""
     if isinstance(emb, nn.QuantizedEmbedding):
         return quantized_supported(emb)
     return isinstance(emb, nn.Embedding) and emb["weight"].dtype in (mx.float32, mx.float16, mx.bfloat16)
@@ -323,8 +319,7 @@ def embedding_as_linear(self, x: mx.array) -> mx.array:
         _record_fallback("linear", x, self.weight.shape[0])
         return type(self).__mro__[1].as_linear(self, x)
     if isinstance(self, nn.QuantizedEmbedding):
-        w = QuantizedWeight(self.weight, self.scales, self.biases, self.group_size, self.bits)
-        return fused_linear(x, [w])
+        return fused_linear(x, [QuantizedWeight.from_quantized_linear(self)])
     return fused_linear(x, [self.weight])
 
 

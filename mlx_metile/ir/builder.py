@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 
 from .nodes import (
+    BITCASTS,
     COMPARISONS,
     FLOAT_DTYPES,
     LOGICAL,
@@ -214,6 +215,12 @@ class Builder:
 
     def cast(self, a: T, dtype: str) -> T:
         return self._emit("cast", (a,), {"dtype": dtype}, TileType(dtype, a.shape))
+
+    def bitcast(self, a: T, dtype: str) -> T:
+        """a's bits as `dtype` (u32 <-> f32): e.g. a float assembled from its fields."""
+        if (a.dtype, dtype) not in BITCASTS:
+            raise ValueError(f"bitcast: {a.dtype} to {dtype} is not one of {sorted(BITCASTS)}")
+        return self._emit("bitcast", (a,), {"dtype": dtype}, TileType(dtype, a.shape))
 
     def expand_dims(self, a: T, axis: int) -> T:
         shape = list(a.shape)

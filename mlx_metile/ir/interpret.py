@@ -14,7 +14,8 @@ import numpy as np
 from .nodes import For, Op, Program
 from .numerics import bf16_bits_to_f32, f32_to_bf16_bits, round_to
 
-_NP_INT = {"i32": np.int32, "u32": np.uint32, "bool": np.bool_}
+_NP_INT = {"i32": np.int32, "u32": np.uint32, "u8": np.uint8, "bool": np.bool_}
+_BITS = {"u32": np.uint32, "f32": np.float32}
 
 
 def _as_dtype(x, dtype: str) -> np.ndarray:
@@ -53,7 +54,7 @@ def _binary(op: str, a, b, dtype: str):
     if dtype in ("f32", "f16", "bf16") and op not in ("lt", "le", "gt", "ge", "eq"):
         a = np.asarray(a, dtype=np.float32)
         b = np.asarray(b, dtype=np.float32)
-    r = {
+    ops = {
         "add": lambda: a + b,
         "sub": lambda: a - b,
         "mul": lambda: a * b,
@@ -72,8 +73,9 @@ def _binary(op: str, a, b, dtype: str):
         "eq": lambda: a == b,
         "and": lambda: np.logical_and(a, b),
         "or": lambda: np.logical_or(a, b),
-    }[op]()
-    return r
+    }
+    with np.errstate(over="ignore", invalid="ignore"):  # IEEE results: inf, NaN
+        return ops[op]()
 
 
 def interpret(program: Program, grid: tuple[int, ...], buffers: dict[str, np.ndarray], scalars: dict[str, int]) -> None:
@@ -141,6 +143,8 @@ def _op(program: Program, n: Op, env: dict, flat: dict, pid) -> None:
         if dtype in _NP_INT and src in ("f32", "f16", "bf16"):
             x = np.trunc(x)
         r = _as_dtype(x, dtype)
+    elif k == "bitcast":
+        r = np.ascontiguousarray(a[0], dtype=_BITS[n.args[0].type.dtype]).view(_BITS[dtype])
     elif k == "expand_dims":
         r = np.expand_dims(a[0], n.attrs["axis"])
     elif k == "trans":

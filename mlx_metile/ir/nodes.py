@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-DTYPES = ("f32", "f16", "bf16", "i32", "u32", "bool")
+DTYPES = ("f32", "f16", "bf16", "i32", "u32", "u8", "bool")  # u8: buffer elements, cast on loading
 FLOAT_DTYPES = ("f32", "f16", "bf16")
 
 Dim = int | str
@@ -38,6 +38,8 @@ BINARY_OPS = {
 }
 COMPARISONS = {"lt", "le", "gt", "ge", "eq"}
 LOGICAL = {"and", "or"}
+# bitcast: a value's 32 bits read as another dtype of 32 bits (u32 <-> f32)
+BITCASTS = {("u32", "f32"), ("f32", "u32")}
 UNARY_OPS = {"neg", "exp", "tanh", "erf", "sigmoid", "silu", "gelu", "gelu_approx"}
 
 _ids = itertools.count()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .nodes import BINARY_OPS, DTYPES, For, Program, broadcast_shapes
+from .nodes import BINARY_OPS, BITCASTS, DTYPES, For, Program, broadcast_shapes
 
 
 class VerifyError(ValueError):
@@ -44,6 +44,8 @@ def verify(program: Program, *, bound: bool = True) -> None:
                 raise VerifyError(f"{program.name}: program_id axis {n.attrs['axis']} out of range")
             if n.kind == "binary" and n.attrs["op"] not in BINARY_OPS:
                 raise VerifyError(f"{program.name}: unknown binary op {n.attrs['op']}")
+            if n.kind == "bitcast" and (n.args[0].type.dtype, n.attrs["dtype"]) not in BITCASTS:
+                raise VerifyError(f"{program.name}: bitcast of {n.args[0].type.dtype} to {n.attrs['dtype']}")
             if n.kind == "cast" and n.attrs["dtype"] not in DTYPES:
                 raise VerifyError(f"{program.name}: cast to unknown dtype")
             if n.kind in ("load", "store"):

@@ -282,6 +282,10 @@ class Lowering:
                 # conversion (CUDA: those issue at a quarter of the FMA rate)
                 return self.temp(scope, dtype, Call("u2f_small", (args[0].e,)), deps)
             return self.temp(scope, dtype, self.to(args[0], dtype), deps)
+        if k == "bitcast":
+            if (args[0].dtype, dtype) != ("u32", "f32"):
+                raise LowerError(f"{self.p.name}: no element-wise bitcast of {args[0].dtype} to {dtype}")
+            return self.temp(scope, dtype, Call("bits_as_f32", (args[0].e,)), deps)
         if k == "load":
             return self.load(op, args, scope, deps)
         raise LowerError(f"{self.p.name}: cannot lower a {k} op element-wise")

@@ -75,11 +75,11 @@ COMPONENTS = "xyzw"
 
 def check_mma_spec(spec: ProjectionSpec, name: str) -> None:
     """What the tensor-core kernels can compute: bf16 / f16 activations; one weight format for
-    all weights - 4 or 8 bits, or dense of the activation dtype with K a multiple of 32."""
+    all weights - affine 4 or 8 bits, or dense of the activation dtype with K a multiple of 32."""
     formats = {(w.bits, w.group_size, w.dtype if not w.quantized else "") for w in spec.weights}
     ok = spec.act_dtype in ("bf16", "f16") and len(formats) == 1
     for w in spec.weights:
-        if w.quantized and w.bits not in (4, 8):
+        if w.quantized and (not w.affine or w.bits not in (4, 8)):
             ok = False
         if not w.quantized and (w.dtype != spec.act_dtype or spec.k_divisor % 32):
             ok = False

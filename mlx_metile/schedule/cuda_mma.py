@@ -84,8 +84,8 @@ class MmaRules:
         if len(formats) != 1:
             return False
         for w in spec.weights:
-            if w.quantized and w.bits not in (4, 8):
-                return False
+            if w.quantized and (not w.affine or w.bits not in (4, 8)):
+                return False  # (the integer MMAs scale per group by affine scales and biases)
             if not w.quantized and (w.dtype != spec.act_dtype or spec.k_divisor % 32 or not self.dense_mma()):
                 return False
         return True

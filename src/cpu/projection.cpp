@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <thread>
 
@@ -40,8 +41,26 @@ struct WeightView {
   const mx::array* bias = nullptr;
   int bits = 0;
   int group = 0;
+  QuantMode mode = QuantMode::Affine;
   int64_t n = 0;
 };
+
+// The microscaling codes, as MLX's fp4.h / fp8.h decode them: e2m1 values, e4m3 (OCP e4m3fn:
+// bias 7, subnormals, 0x7F / 0xFF NaN) and e8m0 scales 2^(byte - 127) (255: inf).
+constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+float e4m3(uint32_t code) {
+  uint32_t e = (code >> 3) & 15u, m = code & 7u;
+  float magnitude = (code & 0x7Fu) == 0x7Fu ? std::numeric_limits<float>::quiet_NaN()
+                    : e == 0                ? std::ldexp(static_cast<float>(m), -9)
+                                            : std::ldexp(1.0f + static_cast<float>(m) / 8.0f, static_cast<int>(e) - 7);
+  return (code & 0x80u) ? -magnitude : magnitude;
+}
+
+float e8m0(uint32_t byte) {
+  return byte == 255 ? std::numeric_limits<float>::infinity() : std::ldexp(1.0f, static_cast<int>(byte) - 127);
+}
 
 // Row n of the weight as f32: dense converted, or affine dequantised
 // (w = scale * q + bias; a row's words are one bit stream, least-significant bits first,
@@ -64,14 +83,27 @@ void weight_row(const WeightView& v, int64_t n, int64_t K, float* out) {
   int64_t groups = K / v.group;
   const uint32_t* row = packed + n * words_per_row;
   uint32_t mask = (1u << v.bits) - 1u;
-  for (int64_t k = 0; k < K; ++k) {
-    int64_t bit = k * v.bits;
-    int shift = static_cast<int>(bit & 31);
-    uint32_t value = row[bit >> 5] >> shift;
-    if (shift + v.bits > 32) value |= row[(bit >> 5) + 1] << (32 - shift);
-    float q = static_cast<float>(value & mask);
-    int64_t g = n * groups + k / v.group;
-    out[k] = load_float(*v.scales, g) * q + load_float(*v.biases, g);
+  // per group: its scale (and bias) read once, then its values
+  if (v.mode != QuantMode::Affine) {  // 4 or 8-bit codes: whole values per word
+    const uint8_t* scales = v.scales->data<uint8_t>() + n * groups;
+    for (int64_t g = 0; g < groups; ++g) {
+      float scale = v.mode == QuantMode::NvFp4 ? e4m3(scales[g]) : e8m0(scales[g]);
+      for (int64_t k = g * v.group; k < (g + 1) * v.group; ++k) {
+        uint32_t code = (row[k * v.bits >> 5] >> ((k * v.bits) & 31)) & mask;
+        out[k] = (v.bits == 4 ? kE2M1[code] : e4m3(code)) * scale;
+      }
+    }
+    return;
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    float scale = load_float(*v.scales, n * groups + g), bias = load_float(*v.biases, n * groups + g);
+    for (int64_t k = g * v.group; k < (g + 1) * v.group; ++k) {
+      int64_t bit = k * v.bits;
+      int shift = static_cast<int>(bit & 31);
+      uint32_t value = row[bit >> 5] >> shift;
+      if (shift + v.bits > 32) value |= row[(bit >> 5) + 1] << (32 - shift);
+      out[k] = scale * static_cast<float>(value & mask) + bias;
+    }
   }
 }
 
@@ -99,10 +131,9 @@ void cpu_projection(const ProjectionDesc& d, const std::vector<mx::array>& in, s
     v.w = &in[idx++];
     v.bits = d.bits[i];
     v.group = d.group_size[i];
-    if (v.bits) {
-      v.scales = &in[idx++];
-      v.biases = &in[idx++];
-    }
+    v.mode = static_cast<QuantMode>(d.mode[i]);
+    if (v.bits) v.scales = &in[idx++];
+    if (d.weight_arrays(i) == 3) v.biases = &in[idx++];
     if (d.has_bias[i]) v.bias = &in[idx++];
     v.n = v.w->shape(0);
     ws.push_back(v);

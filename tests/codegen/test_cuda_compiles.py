@@ -130,6 +130,10 @@ VARIANTS = [
     _v("simt-bf16-q3g32-swiglu", spec("bf16", [WeightFormat("bf16", 3, 32)] * 2, "swiglu"), 8, simd),
     _v("simt-f16-q5g128-bias", spec("f16", [WeightFormat("f16", 5, 128, True, "f16")]), 32, simd),
     _v("tiled-bf16-q6g64", spec("bf16", [WeightFormat("bf16", 6, 64)]), 33, tiled),
+    # MLX's microscaling modes (uint8 scales, e2m1 / e4m3 codes), SIMT only
+    _v("simt-bf16-mxfp4", spec("bf16", [WeightFormat("u8", 4, 32, mode="mxfp4")]), 1, simd),
+    _v("simt-f16-mxfp8-swiglu", spec("f16", [WeightFormat("u8", 8, 32, mode="mxfp8")] * 2, "swiglu"), 8, simd),
+    _v("tiled-bf16-nvfp4-residual", spec("bf16", [WeightFormat("u8", 4, 16, mode="nvfp4")], None, True), 33, tiled),
     _v("tiled-f16-dense-gelu-approx", spec("f16", [WeightFormat("f16")], "gelu_approx"), 64, tiled),
     # tensor cores, the lanes' direct loads
     _v("mma-direct-q4g64-k64", spec("bf16", [Q4], k=64), 1, direct),

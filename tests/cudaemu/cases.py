@@ -10,7 +10,7 @@ import numpy as np
 
 from mlx_metile import settings
 from mlx_metile.backends.cuda_device import build_target
-from mlx_metile.formats import dequantize_exact
+from mlx_metile.formats import dequantize_exact, microscaling
 from mlx_metile.pipeline import compile_projection
 from mlx_metile.schedule import takes_mma
 from mlx_metile.schedule.cuda_layouts import ONE_TILE
@@ -82,7 +82,11 @@ class Case:
         self.w = []
         for i, f in enumerate(spec.weights):
             dense = rand((self.Ns[i], K), MX[f.dtype] if not f.quantized else act, seed + 1 + i, 0.05)
-            if f.quantized:
+            if f.quantized and not f.affine:  # microscaled: uint8 scales, no biases
+                wq, s = mx.quantize(dense, mode=f.mode)
+                self.buffers |= {f"w{i}": bits(wq), f"scales{i}": np.array(s)}
+                self.w.append(microscaling.dequantize_exact(wq, s, f.group_size, f.bits, f.mode))
+            elif f.quantized:
                 wq, s, b = mx.quantize(dense, group_size=f.group_size, bits=f.bits)
                 s, b = s.astype(MX.get(f.dtype, mx.float32)), b.astype(MX.get(f.dtype, mx.float32))
                 self.buffers |= {f"w{i}": bits(wq), f"scales{i}": bits(s), f"biases{i}": bits(b)}

@@ -50,8 +50,23 @@ WIDTHS = [  # (spec, K, N): affine widths the tensor-core schedules do not take,
 ]
 
 
+MICROSCALED = [  # (spec, K, N): MLX's microscaling modes, on the SIMT kernel (the tensor cores take affine only)
+    (ProjectionSpec("bf16", (WeightFormat("u8", 4, 32, mode="mxfp4"),), k_multiple=256), 512, 40),
+    (
+        ProjectionSpec(
+            "f16", (WeightFormat("u8", 8, 32, mode="mxfp8", has_bias=True, bias_dtype="f16"),), k_multiple=256
+        ),
+        512,
+        24,
+    ),
+    (ProjectionSpec("bf16", (WeightFormat("u8", 4, 16, mode="nvfp4"),) * 2, "swiglu", k_multiple=256), 512, 24),
+]
+WIDTHS += MICROSCALED
+
+
 @pytest.mark.parametrize("spec,K,N", WIDTHS, ids=[c[0].name() for c in WIDTHS])
-def test_cuda_kernels_of_2_3_5_6_bits_match_float64_and_are_row_invariant(spec, K, N):
+def test_cuda_simt_kernels_of_other_formats_match_float64_and_are_row_invariant(spec, K, N):
+    """Affine 2, 3, 5 and 6 bits and the microscaling modes, which the tensor-core schedules do not take."""
     assert not rules(spec).supported()  # (the SIMT kernel, which every width takes)
     case = Case(spec, K, N, rows=20)
     for bucket, rows in ((1, 1), (8, 3), (32, 20)):

@@ -4,7 +4,6 @@ references and their stock MLX products."""
 from __future__ import annotations
 
 import dataclasses
-import types
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -122,9 +121,10 @@ def test_quantized_weight_checks_name_the_argument():
         (dict(scales=s.astype(mx.int32), biases=b.astype(mx.int32)), TypeError, "scales: dtype mlx.core.int32"),
         (dict(biases=b.astype(mx.float16)), ValueError, "biases: dtype mlx.core.float16 differs from scales'"),
         (dict(scales=None), TypeError, "scales: expected an mlx.core.array, got NoneType"),
-        (dict(mode="mxfp4"), ValueError, r"mode: 'mxfp4' is not supported; only 'affine'"),
-        (dict(mode="nvfp4"), ValueError, r"mode: 'nvfp4' is not supported"),
+        (dict(biases=None), ValueError, "biases: mode 'affine' needs biases"),
+        (dict(mode="mxfp4"), ValueError, r"biases: must be None for mode 'mxfp4'"),
         (dict(mode="MXFP4"), ValueError, r"mode: 'MXFP4' is not a quantization mode of MLX"),
+        (dict(mode="fp4"), ValueError, r"mode: 'fp4' is not a quantization mode of MLX; expected one of"),
     ]
     for change, exc, message in cases:
         args = dict(w=w, scales=s, biases=b, group_size=64, bits=4) | change
@@ -138,7 +138,7 @@ def test_quantized_weight_checks_name_the_argument():
 def test_quantized_weight_shape_and_immutability():
     q = _quantized(24, 256, 64, 8)
     assert (q.N, q.K, q.mode) == (24, 256, "affine")
-    assert repr(q) == "QuantizedWeight(N=24, K=256, bits=8, group_size=64)"
+    assert repr(q) == "QuantizedWeight(N=24, K=256, bits=8, group_size=64, mode='affine')"
     assert [a is b for a, b in zip(formats.inputs(q), (q.w, q.scales, q.biases))] == [True] * 3
     with pytest.raises(AttributeError, match="immutable"):
         q.bits = 4
@@ -151,9 +151,10 @@ def test_from_quantized_linear():
     assert (q.group_size, q.bits, q.N, q.K) == (32, 8, 16, 128)
     other = {"weight": layer.weight, "scales": layer.scales * 2, "biases": layer.biases}
     assert QuantizedWeight.from_quantized_linear(layer, other).scales is other["scales"]
-    fp4 = types.SimpleNamespace(mode="mxfp4", group_size=32, bits=4)
-    with pytest.raises(ValueError, match="layer: quantization mode 'mxfp4' is not supported; only 'affine'"):
-        QuantizedWeight.from_quantized_linear(fp4)
+    fp4 = nn.QuantizedLinear(128, 16, bias=False, mode="mxfp4")
+    q = QuantizedWeight.from_quantized_linear(fp4)
+    assert q.w is fp4.weight and q.scales is fp4.scales and q.biases is None
+    assert (q.mode, q.group_size, q.bits, q.N, q.K) == ("mxfp4", 32, 4, 16, 128)
 
 
 @pytest.mark.parametrize("scale_dtype", FLOATS)

@@ -22,7 +22,7 @@ import mlx.core as mx
 import numpy as np
 
 import mlx_metile as mt
-from mlx_metile import settings
+from mlx_metile import formats, settings
 from mlx_metile.backends.cuda_device import build_target
 from mlx_metile.reference import dequantize_exact
 from mlx_metile.schedule.cuda_layouts import (
@@ -202,6 +202,36 @@ def affine_widths(m: Matrix, quick: bool) -> None:
     for dtype in (mx.bfloat16,) if quick else (mx.float16, mx.bfloat16):
         for bits, group in quick_combos if quick else [(b, g) for b in (2, 3, 5, 6) for g in (32, 64, 128)]:
             _one_quantized_weight(m, quick, dtype, bits, group)
+
+
+def microscaling(m: Matrix, quick: bool) -> None:
+    """MLX's mxfp4, mxfp8 and nvfp4 weights (uint8 scales, no biases), which the tensor-core
+    schedules do not take: the SIMT kernel over K = 1024 at 1-100 rows; and the three modes with
+    an affine weight in one fused q/k/v call."""
+    N, K = 300, 1024
+    rows_list = (1, 3, 17, 33, 100) if quick else (1, 2, 3, 5, 8, 16, 32, 33, 64, 100)
+    for dtype in (mx.bfloat16,) if quick else (mx.float32, mx.float16, mx.bfloat16):
+        for mode in ("mxfp4", "mxfp8", "nvfp4"):
+            qw = mt.QuantizedWeight(*mx.quantize(m.arr((N, K), dtype, 0.05), mode=mode), mode=mode)
+            wd = formats.reference(qw)
+            x = m.arr((MAX_ROWS_CHECKED, K), dtype)
+            alone = alone_both(lambda x, qw=qw: mt.quantized_linear(x, qw.w, qw.scales, mode=qw.mode), x)
+            for rows in rows_list:
+                y = mt.quantized_linear(x[:rows], qw.w, qw.scales, mode=mode)
+                m.check(f"{mode} {dtype} rows={rows}", y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype)
+                m.invariant(f"{mode} {dtype}", y, alone_of(alone, rows), rows)
+    dtype = mx.bfloat16
+    ws = [
+        mt.QuantizedWeight(*mx.quantize(m.arr((n, K), dtype, 0.05), mode=md), mode=md)
+        for n, md in ((256, "mxfp4"), (64, "mxfp8"), (64, "nvfp4"))
+    ]
+    ws.append(mt.QuantizedWeight(*mx.quantize(m.arr((64, K), dtype, 0.05), group_size=64, bits=4), 64, 4))
+    x = m.arr((MAX_ROWS_CHECKED, K), dtype)
+    for rows in (1, 8, 33) if quick else rows_list:
+        outs = mt.fused_linear(x[:rows], ws)
+        for w, y in zip(ws, outs):
+            wd = formats.reference(w)
+            m.check(f"fused {w.mode} {dtype} rows={rows}", y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype)
 
 
 def odd_group_count(m: Matrix, quick: bool) -> None:
@@ -469,15 +499,17 @@ SECTIONS: dict[str, Callable[[Matrix, bool], None]] = {
         dense_fusions,
         qkv_3d,
         affine_widths,
+        microscaling,
     )
 }
 
 
-# Cases each section checks (quick, full): what tests/gpu asserts it ran; 480 and 1313 in all.
+# Cases each section checks (quick, full): what tests/gpu asserts it ran; 507 and 1443 in all.
 CASES = {
     "linear": (35, 174),
     "quantized_formats": (30, 180),
     "affine_widths": (20, 240),
+    "microscaling": (27, 130),
     "odd_group_count": (16, 16),
     "wide_outputs": (96, 96),
     "one_tile_dense": (14, 14),

@@ -43,7 +43,9 @@ def make(arch: str, fmt: str, seed: int = 1) -> nn.Module:
     model = module.Model(args)
     if fmt.endswith("-bf16") or fmt == "bfloat16":
         model.set_dtype(mx.bfloat16)
-    if fmt.startswith("q"):
+    if fmt.split("-")[0] in ("mxfp4", "mxfp8", "nvfp4"):  # MLX's microscaling modes ("-bf16": bf16 model)
+        nn.quantize(model, mode=fmt.split("-")[0])
+    elif fmt.startswith("q"):
         bits, group = fmt[1:].split("-")[0].split("g")
         nn.quantize(model, group_size=int(group), bits=int(bits))
     mx.eval(model.parameters())

@@ -42,9 +42,11 @@ def _assert_same_tokens_or_near_tie(arch, fmt, ref_tokens, got_tokens, report, r
     assert top2[1] - top2[0] <= 2 * report.allowed * scale, f"{arch}/{fmt}: tokens differ at {first} without a near tie"
 
 
-# every architecture in the main formats; the other affine widths on a GQA llama and a tied qwen3
+# every architecture in the main formats; the other affine widths and MLX's microscaling modes on
+# a GQA llama and a tied qwen3
 PATCHED = [(a, f) for a in ARCHS for f in FORMATS]
 PATCHED += [(a, f) for a in ("llama", "qwen3") for f in ("q2g64", "q3g64", "q5g32", "q6g128-bf16")]
+PATCHED += [(a, f) for a in ("llama", "qwen3") for f in ("mxfp4", "mxfp8-bf16", "nvfp4")]
 
 
 @pytest.mark.parametrize("arch,fmt", PATCHED)
@@ -387,12 +389,15 @@ def test_the_report_names_each_replaced_layer_s_format():
     assert "replaced tied_output  model.embed_tokens (q3g64)" in str(report)
 
 
-@pytest.mark.parametrize("mode,group,nbits", [("mxfp4", 32, 4), ("mxfp8", 32, 8), ("nvfp4", 16, 4)])
-def test_microscaling_models_are_declined_and_left_running(mode, group, nbits):
-    model = make("llama", "float32")
-    nn.quantize(model, group_size=group, bits=nbits, mode=mode)
+@pytest.mark.parametrize("mode", ["mxfp4", "mxfp8", "nvfp4"])
+def test_microscaling_models_are_replaced_and_reported_by_format(mode):
+    model = make("qwen3", mode)  # (tied embeddings: the output projection too)
     before = logits(model)
     report = mt.patch(model)
-    assert not report and report.declined
-    assert any(why == f"unsupported weight format {mode}" for _, _, why in report.declined), str(report)
-    np.testing.assert_array_equal(logits(model), before)  # untouched, and its forward still runs
+    assert report and not report.declined, str(report)
+    assert set(report.formats.values()) == {mode}, report.formats
+    assert f"replaced tied_output  model.embed_tokens ({mode})" in str(report)
+    patched = logits(model)
+    np.testing.assert_allclose(patched, before, atol=report.allowed * np.abs(before).max())
+    report.restore()
+    np.testing.assert_array_equal(logits(model), before)

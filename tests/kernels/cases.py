@@ -36,6 +36,9 @@ class Case:
 
     # -- reference ---------------------------------------------------------
     def weight64(self, w) -> np.ndarray:
+        if isinstance(w, mt.QuantizedWeight) and w.mode != "affine":
+            # MLX's own dequantisation in f32, exact for these formats: independent of our kernels
+            return f64(mx.dequantize(w.w, w.scales, None, w.group_size, w.bits, mode=w.mode, dtype=mx.float32))
         if isinstance(w, mt.QuantizedWeight):
             # MLX's own dequantisation in f32: independent of our kernels
             d = mx.dequantize(w.w, w.scales.astype(mx.float32), w.biases.astype(mx.float32), w.group_size, w.bits)
@@ -95,3 +98,9 @@ def check(case: Case, rows: int) -> None:
             f"output {i}, rows={rows}: {bad.sum()} of {bad.size} beyond tolerance; "
             f"worst error {err.max():.3g}, smallest violated tolerance {t[bad].min():.3g}"
         )
+
+
+def microscaled_weight(n: int, k: int, dtype, mode: str, seed: int) -> mt.QuantizedWeight:
+    """A weight of MLX's mxfp4, mxfp8 or nvfp4 mode, quantized by MLX."""
+    w, s = mx.quantize(rand((n, k), dtype, seed, 0.1), mode=mode)
+    return mt.QuantizedWeight(w, s, mode=mode)

@@ -12,7 +12,7 @@ import mlx_metile as mt
 
 from ..conftest import requires_emulator
 from ..helpers import bits, rand
-from .cases import Case, check, quantized_weight
+from .cases import Case, check, microscaled_weight, quantized_weight
 
 ACT = [mx.float32, mx.float16, mx.bfloat16]
 ROWS = list(range(1, 34))
@@ -76,6 +76,25 @@ def mixed_cases() -> dict[str, Case]:
         "dense_and_int4_fused": Case(
             x, [rand((16, 256), act, 42, 0.1), quantized_weight(16, 256, act, 4, 32, 43)], [None, None]
         ),
+        # every mode in one fused call (q/k/v of different formats)
+        "qkv_mxfp4_int4_nvfp4_bias": Case(
+            x,
+            [
+                microscaled_weight(32, 256, act, "mxfp4", 44),
+                quantized_weight(8, 256, act, 4, 64, 45),
+                microscaled_weight(8, 256, act, "nvfp4", 46),
+            ],
+            [rand((32,), act, 47), None, rand((8,), act, 48)],
+        ),
+        "swiglu_mxfp8": Case(
+            x,
+            [microscaled_weight(24, 256, act, "mxfp8", 49), microscaled_weight(24, 256, act, "mxfp8", 50)],
+            [None, None],
+            "swiglu",
+        ),
+        "down_nvfp4_residual": Case(
+            x, [microscaled_weight(24, 256, act, "nvfp4", 51)], [None], None, rand((33, 24), act, 52)
+        ),
     }
 
 
@@ -109,6 +128,30 @@ def test_quantized_cpu(act, group, nbits, env):
     _both_paths(quantized_case(act, nbits, group), env, emulate=False)
 
 
+MICROSCALING = ["mxfp4", "mxfp8", "nvfp4"]
+
+
+def microscaled_case(act, mode: str) -> Case:
+    k, n = 384, 37  # K: 12 groups of 32 (24 of 16), a K tail for every BK; N: a column tail
+    return Case(rand((33, k), act, 13), [microscaled_weight(n, k, act, mode, 14)], [None])
+
+
+# every mode, in bf16 (the CPU path takes every activation dtype; the MSL decodes alike for all)
+MICRO_EMULATED = [(mx.bfloat16, m) for m in MICROSCALING]
+
+
+@requires_emulator
+@pytest.mark.parametrize("act,mode", MICRO_EMULATED)
+def test_microscaled_emulated(act, mode, env):
+    _both_paths(microscaled_case(act, mode), env, emulate=True)
+
+
+@pytest.mark.parametrize("act", ACT)
+@pytest.mark.parametrize("mode", MICROSCALING)
+def test_microscaled_cpu(act, mode, env):
+    _both_paths(microscaled_case(act, mode), env, emulate=False)
+
+
 EPILOGUES = [(None, False), ("swiglu", False), ("gelu", False), ("gelu_approx", False), ("silu", False), (None, True)]
 
 
@@ -125,8 +168,12 @@ def test_epilogues_cpu(act, epilogue, residual, env):
     _both_paths(epilogue_case(act, epilogue, residual), env, emulate=False)
 
 
+# (the microscaled SwiGLU and residual fusions run on the CPU path only: same MSL epilogues)
+EMULATED_MIXED = [name for name in mixed_cases() if name not in ("swiglu_mxfp8", "down_nvfp4_residual")]
+
+
 @requires_emulator
-@pytest.mark.parametrize("name", list(mixed_cases()))
+@pytest.mark.parametrize("name", EMULATED_MIXED)
 def test_mixed_fusions_emulated(name, env):
     _both_paths(mixed_cases()[name], env, emulate=True)
 
@@ -134,6 +181,19 @@ def test_mixed_fusions_emulated(name, env):
 @pytest.mark.parametrize("name", list(mixed_cases()))
 def test_mixed_fusions_cpu(name, env):
     _both_paths(mixed_cases()[name], env, emulate=False)
+
+
+@pytest.mark.parametrize("mode", MICROSCALING)
+def test_microscaled_linear_matches_stock_mlx(mode):
+    """Against mx.quantized_matmul of the mode, whose output has x's dtype like ours; MLX rounds
+    more often than we do in half precision, so the bound is a few ulp of the output's scale."""
+    x = rand((9, 256), mx.float16, 1)
+    qw = microscaled_weight(40, 256, mx.float16, mode, 2)
+    ours = mt.quantized_linear(x, qw.w, qw.scales, mode=mode)
+    stock = mx.quantized_matmul(x, qw.w, qw.scales, None, transpose=True, mode=mode)
+    assert ours.dtype == stock.dtype == mx.float16
+    scale = float(mx.abs(stock).max())
+    np.testing.assert_allclose(np.array(ours, np.float32), np.array(stock, np.float32), atol=8 * 2**-11 * scale)
 
 
 @pytest.mark.parametrize("nbits,group", [(4, 64), (8, 128)])

@@ -1,6 +1,7 @@
 """Small-batch weight reuse, measured: for 1..32 rows the generated MSL reads
-every weight, scale and bias buffer at most 1.05x its size per call (the
-emulator counts every byte each kernel load touches)."""
+every weight, scale and bias buffer (microscaled formats: weights and uint8
+scales) at most 1.05x its size per call (the emulator counts every byte each
+kernel load touches)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ def _np(a: mx.array) -> np.ndarray:
 def _weights(fmt: WeightFormat, n: int, seed: int) -> dict[str, np.ndarray]:
     mx.random.seed(seed)
     w = (mx.random.normal((n, K)) * 0.1).astype(mx.bfloat16)
+    if fmt.quantized and not fmt.affine:
+        q, s = mx.quantize(w, mode=fmt.mode)
+        return {"w": _np(q), "scales": _np(s)}
     if fmt.quantized:
         q, s, b = mx.quantize(w, group_size=fmt.group_size, bits=fmt.bits)
         return {"w": _np(q), "scales": _np(s), "biases": _np(b)}
@@ -47,6 +51,11 @@ SPECS = {
     "int3_g32": ProjectionSpec("bf16", (WeightFormat("bf16", 3, 32),)),  # values straddle words
     "int5_g64": ProjectionSpec("bf16", (WeightFormat("bf16", 5, 64),)),
     "int6_g128": ProjectionSpec("bf16", (WeightFormat("bf16", 6, 128),)),
+    "mxfp4": ProjectionSpec("bf16", (WeightFormat("u8", 4, 32, mode="mxfp4"),)),
+    "mxfp8": ProjectionSpec("bf16", (WeightFormat("u8", 8, 32, mode="mxfp8"),)),
+    # as dispatch specifies it for K = 512 (K a multiple of 64): where K is known a multiple of 16
+    # only, a lane's two groups have masks of their own and reload its 16-byte vector (1.5x)
+    "nvfp4": ProjectionSpec("bf16", (WeightFormat("u8", 4, 16, mode="nvfp4"),), k_multiple=64),
 }
 
 

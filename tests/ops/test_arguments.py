@@ -46,8 +46,15 @@ def test_mode_as_stock_quantized_matmul_takes_it():
     got = mt.quantized_linear(x, *q, group_size=64, bits=4, mode="affine")
     np.testing.assert_allclose(f64(got), want, rtol=0, atol=1e-5 * float(np.abs(want).max()))  # f32 sums
     w, s = mx.quantize(rand((N, K), mx.float32, 3), group_size=32, bits=4, mode="mxfp4")
-    with pytest.raises(ValueError, match=r"^mode: 'mxfp4' is not supported"):
-        mt.quantized_linear(x, w, s, None, group_size=32, bits=4, mode="mxfp4")
+    want = f64(x) @ np.array(mx.dequantize(w, s, mode="mxfp4", dtype=mx.float32), np.float64).T  # exact in f32
+    got = mt.quantized_linear(x, w, s, None, group_size=32, bits=4, mode="mxfp4")
+    np.testing.assert_allclose(f64(got), want, rtol=0, atol=1e-5 * float(np.abs(want).max()))  # f32 sums
+    with pytest.raises(ValueError, match=r"^biases: must be None for mode 'mxfp4'"):
+        mt.quantized_linear(x, w, s, s, mode="mxfp4")  # (MLX: biases must be null for mxfp4)
+    with pytest.raises(ValueError, match=r"^biases: mode 'affine' needs biases"):
+        mt.quantized_linear(x, q[0], q[1], None)
+    with pytest.raises(ValueError, match=r"^mode: 'fp8' is not a quantization mode of MLX"):
+        mt.quantized_linear(x, w, s, mode="fp8")
 
 
 def test_bad_biases_and_norm_are_refused_naming_them():

@@ -43,14 +43,14 @@ def test_validation_is_skipped_only_for_the_same_live_arrays(monkeypatch):
     """QuantizedWeight validates a given (w, scales, biases, group, bits) once: a
     repeat with the same objects skips it, anything else - other arrays, other
     settings, or an id reused by a new object after the old one died - validates."""
-    from mlx_metile.formats import affine
+    from mlx_metile.formats import quantized
 
-    monkeypatch.setattr(affine, "_VALIDATED", {})
+    monkeypatch.setattr(quantized, "_VALIDATED", {})
     w, s, b = _q()
     mt.QuantizedWeight(w, s, b)
-    assert len(affine._VALIDATED) == 1
+    assert len(quantized._VALIDATED) == 1
     mt.QuantizedWeight(w, s, b)  # same objects: no new entry
-    assert len(affine._VALIDATED) == 1
+    assert len(quantized._VALIDATED) == 1
     with pytest.raises(ValueError, match="group_size: K=128 .* is not a multiple of 128|scales: expected shape"):
         mt.QuantizedWeight(w, s, b, group_size=128)
     with pytest.raises(ValueError, match=r"scales: expected shape \(8, 2\)"):
@@ -59,8 +59,11 @@ def test_validation_is_skipped_only_for_the_same_live_arrays(monkeypatch):
     # reused): not trusted
     bad = s[:, :1]
     other = mx.zeros((1,))
-    signature = affine._VALIDATED[(id(w), id(s), id(b), 64, 4)][3]
-    affine._VALIDATED[(id(w), id(bad), id(b), 64, 4)] = (*(weakref.ref(other) for _ in range(3)), signature)
+    signature = quantized._VALIDATED[(id(w), id(s), id(b), 64, 4, "affine")][3]
+    quantized._VALIDATED[(id(w), id(bad), id(b), 64, 4, "affine")] = (
+        *(weakref.ref(other) for _ in range(3)),
+        signature,
+    )
     with pytest.raises(ValueError, match=r"scales: expected shape \(8, 2\)"):
         mt.QuantizedWeight(w, bad, b)
 

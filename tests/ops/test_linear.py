@@ -91,7 +91,17 @@ def test_compile_and_grad_through_the_op():
     np.testing.assert_allclose(f64(compiled(x * 2)), f64((x * 2) @ w.T + b), rtol=1e-5, atol=1e-5)
 
 
-def test_lazy_evaluation_and_artifact_cache():
+def test_the_cpu_path_lowers_nothing():
+    """The C++ CPU path computes from the call's description: no kernel is lowered for it."""
+    before = compile_projection.cache_info()
+    mx.eval(mt.linear(rand((3, 48), mx.float16, 1), rand((16, 48), mx.float16, 2)))
+    after = compile_projection.cache_info()
+    assert (after.hits, after.misses) == (before.hits, before.misses)
+
+
+@requires_emulator
+def test_lazy_evaluation_and_artifact_cache(env):
+    env.set("MLX_METILE_EMULATE", "1")  # (the emulator runs compiled kernels)
     x = rand((3, 64), mx.float16, 1)
     w = rand((16, 64), mx.float16, 2)
     mt.linear(x, w)

@@ -103,3 +103,26 @@ def test_planned_calls_still_check_residuals_and_casts(fake_cuda):
     for _ in range(2):  # f32 x with f16 weights: MLX's promotion, x cast by the plan too
         y = down(x.astype(mx.float32))
     assert y.dtype == mx.float32 and fake_cuda[-1]["inputs"][0].dtype == mx.float32
+
+
+def test_microscaled_weights_in_projection_and_nn_modules():
+    """Projection and mt.nn.QuantizedLinear take MLX's microscaled layers as they are; on the CPU
+    path each output is within one output rounding plus f32 accumulation of float64."""
+    import mlx.nn as nn
+
+    from mlx_metile.formats import reference
+
+    k = 128
+    x = rand((5, k), mx.float32, 3)
+    layers = [nn.QuantizedLinear(k, n, bias=False, mode=m) for n, m in ((48, "mxfp4"), (16, "mxfp8"), (16, "nvfp4"))]
+    ws = [mt.QuantizedWeight.from_quantized_linear(layer) for layer in layers]
+    outs = mt.Projection(ws)(x)
+    for layer, w, y in zip(layers, ws, outs):
+        exact = f64(x) @ reference(w).T
+        np.testing.assert_allclose(
+            f64(y), exact, rtol=0, atol=float(projection_tolerance(f64(x), reference(w), mx.float32).max())
+        )
+        module = mt.nn.QuantizedLinear.from_quantized_linear(layer)
+        assert module.mode == layer.mode and "biases" not in module
+        np.testing.assert_array_equal(bits(module(x)), bits(mt.quantized_linear(x, w.w, w.scales, mode=w.mode)))
+        np.testing.assert_array_equal(bits(module(x)), bits(y))  # one weight alone: the same bits as fused

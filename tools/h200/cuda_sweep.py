@@ -18,8 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import mlx.core as mx  # noqa: E402
 
-from bench import cases, machine  # noqa: E402
+from bench import cases  # noqa: E402
 from bench.timing import copy_roofline, timed  # noqa: E402
+from mlx_metile.cli import machine  # noqa: E402
 from tools.cuda_probe.variants import assignments, cuda_settings  # noqa: E402
 
 

@@ -27,8 +27,9 @@ import mlx.core as mx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import cases, machine  # noqa: E402
+from bench import cases  # noqa: E402
 from bench.read_floor import read_all  # noqa: E402
+from mlx_metile.cli import machine  # noqa: E402
 
 PRODUCTS = 256
 DEFAULT_CASES = [

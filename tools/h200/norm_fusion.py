@@ -34,8 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import mlx.core as mx  # noqa: E402
 
 import mlx_metile as mt  # noqa: E402
-from bench import cases, machine  # noqa: E402
+from bench import cases  # noqa: E402
 from bench.timing import timed, timed_pair  # noqa: E402
+from mlx_metile.cli import machine  # noqa: E402
 
 # the module (mlx_metile.schedule's attribute `choose` is the function of that name)
 schedule_choose = importlib.import_module("mlx_metile.schedule.choice")

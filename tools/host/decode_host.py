@@ -31,9 +31,9 @@ import mlx.nn as nn  # noqa: E402
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache  # noqa: E402
 
 import mlx_metile as mt  # noqa: E402
-from bench import machine  # noqa: E402
 from bench.random_llama import FORMATS, PATCH_OPTIONS, random_llama  # noqa: E402
 from mlx_metile.backends.cuda_launch import launch_kind  # noqa: E402
+from mlx_metile.cli import machine  # noqa: E402
 
 PROMPT = 24  # tokens prefilled before the timed steps
 

@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import mlx.core as mx  # noqa: E402
 
 import mlx_metile as mt  # noqa: E402
-from bench import machine  # noqa: E402
 from mlx_metile import dispatch  # noqa: E402
 from mlx_metile.backends import cuda_compile  # noqa: E402
+from mlx_metile.cli import machine  # noqa: E402
 
 
 def per_call(fn, n: int = 20000, repeat: int = 5) -> float:

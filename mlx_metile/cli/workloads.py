@@ -1,9 +1,10 @@
-"""Benchmark workloads: weight pools, the op under test and the stock MLX composition it
-replaces, measured in the same run.
+"""Benchmark workloads, shared by `mlx-metile bench` and the pytest-benchmark suites in bench/:
+weight pools, the op under test and the stock MLX composition it replaces, measured in the same
+run.
 
 Each timed call uses the next weight of a pool, so on GPUs the weights stream from memory
-instead of sitting in cache (the pool should exceed the last-level cache: --bench-pool sets its
-size, --bench-k and --bench-n the weights' shape; bench/conftest.py)."""
+instead of sitting in cache (the pool should exceed the last-level cache: `--bench-pool` in
+bench/conftest.py sets its size, `--bench-k` and `--bench-n` the weights' shape)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,30 @@ def quantized(size: Size, bits: int, group: int = 64, dtype=mx.bfloat16) -> Work
         lambda x, i: mx.quantized_matmul(x, *qs[i % size.pool], transpose=True, group_size=group, bits=bits),
         _nbytes(*qs[0]),
     )
+
+
+def microscaled(size: Size, mode: str, dtype=mx.bfloat16) -> Workload:
+    """MLX's mxfp4, mxfp8 or nvfp4 weights: uint32 codes and uint8 scales, no biases."""
+    qs = [
+        mx.quantize((mx.random.normal((size.N, size.K)) * size.K**-0.5).astype(dtype), mode=mode)
+        for _ in range(size.pool)
+    ]
+    mx.eval(qs)
+    return Workload(
+        f"quantized_{mode}",
+        lambda x, i: mt.quantized_linear(x, *qs[i % size.pool], mode=mode),
+        lambda x, i: mx.quantized_matmul(x, *qs[i % size.pool], transpose=True, mode=mode),
+        _nbytes(*qs[0]),
+    )
+
+
+# `mlx-metile bench --formats`: one product per format
+FORMATS = {
+    "bf16": lambda size: linear(size, mx.bfloat16),
+    "f16": lambda size: linear(size, mx.float16),
+    **{f"int{b}": (lambda size, b=b: quantized(size, b, 64)) for b in (2, 3, 4, 5, 6, 8)},
+    **{mode: (lambda size, mode=mode: microscaled(size, mode)) for mode in ("mxfp4", "mxfp8", "nvfp4")},
+}
 
 
 def fused_qkv(size: Size, dtype=mx.bfloat16) -> Workload:
