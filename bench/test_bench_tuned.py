@@ -29,7 +29,7 @@ from mlx_metile.tune import Store
 from .random_llama import random_llama
 
 BATCHES = (1, 2, 4, 8, 16, 32)
-PROMPT = 2  # (prefill, untimed, runs stock on the CPU at every batch: batch x PROMPT rows > max_rows)
+PROMPT = 2  # tokens prefilled (untimed) before the decoding that is timed
 VOCAB = 8192
 
 
