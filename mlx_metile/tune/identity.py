@@ -94,7 +94,10 @@ def compiler_identity(backend: str) -> dict:
     if backend == "emulator":
         from ..emu.toolchain import find_clang
 
-        out["clang"] = _version_line([find_clang(), "--version"])
+        try:
+            out["clang"] = _version_line([find_clang(), "--version"])
+        except Exception as e:  # (no clang: the emulator candidate fails its gate, with the reason)
+            out["clang"] = f"unavailable ({type(e).__name__})"
     if backend == "cuda":
         from ..backends.cuda_compile import find_nvcc
         from ..backends.cuda_device import cuda_arch
