@@ -12,10 +12,10 @@
    otherwise. Noise widens the quantiles, so a noisy machine asks for a clearer win. The
    threshold is 1 - its family's margin, times the control's median ratio where that is below 1
    (a bias of the order or of running second, which the candidate would enjoy too).
-5. Rounds go on from `min_rounds` until every candidate is decided, `max_rounds` or the budget;
-   undecided ones are inconclusive. Where the control itself measures faster than native by the
-   smallest margin (its high quantile below 1 - margin), the timing is unreliable: every faster
-   candidate is inconclusive and native is kept.
+5. Rounds go on from `min_rounds` until every candidate is decided and the control does not
+   look faster than native, or `max_rounds`, or the budget; undecided ones are inconclusive. Where
+   the control still measures faster than native by the smallest margin (its high quantile below
+   1 - margin), the timing is unreliable: every faster candidate is inconclusive, native is kept.
 6. Finalists (the best `finalists` faster ones) are confirmed pairwise against native: rounds of
    the two alone, in alternating order (native first, then the candidate first), judged as in 4.
    The best confirmed one wins; none confirmed, native is kept.
@@ -205,8 +205,9 @@ def compete(
             continue
         limits = thresholds()
         status = {n: _classify(timings[n], p.quantile, limits[n]) for n in contenders}
-        if all(s != "undecided" for s in status.values()):
-            break
+        control_ok = timings[CONTROL].quantiles(p.quantile)[2] >= 1.0 - smallest_margin
+        if control_ok and all(s != "undecided" for s in status.values()):
+            break  # (a control that looks faster than native is given more rounds: it may be noise)
         if clock.now() - start > p.budget_s:
             break
     limits = thresholds()

@@ -131,3 +131,13 @@ def test_no_candidates_keeps_native_without_timing():
 def test_bad_protocols_are_refused_by_name(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         Protocol(**kwargs)
+
+
+def test_a_control_that_looks_faster_for_a_while_gets_more_rounds():
+    # the control's first rounds look 10% faster (noise), later ones do not: the rounds go on past
+    # min_rounds until it settles, and the clear win is then believed
+    def control(i):
+        return 0.9 * MS if i < 7 else 1.0 * MS
+
+    out, _ = run({"native": 1 * MS, CONTROL: control, "fast": 0.5 * MS})
+    assert out.rounds > P.min_rounds and out.chosen == "fast"
