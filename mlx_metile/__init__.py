@@ -6,6 +6,7 @@ from .integrations import PatchReport, patch
 from .ops import fused_linear, linear, matmul, quantized_linear
 from .projection import Projection
 from .trace import Trace, TraceRecord, trace
+from .tune import autotune
 
 __version__ = "0.1.0"
 
@@ -15,6 +16,7 @@ __all__ = [
     "QuantizedWeight",
     "Trace",
     "TraceRecord",
+    "autotune",
     "fused_linear",
     "linear",
     "matmul",

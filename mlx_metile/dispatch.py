@@ -8,12 +8,15 @@
   composition (`reference.fused_reference`), recorded as backend "mlx" in `mlx_metile.trace()`.
 
 The kernel is `pipeline.compile_projection(spec, choose(spec, rows, target, shape))`; the CUDA
-path keeps a launch plan per call shape, which `replay` reuses without checking again.
+path keeps a launch plan per call shape, which `replay` reuses without checking again. A decision
+of the tuner (schedule.tuned, written by mlx_metile.tune) may send a call to the stock composition
+(recorded as backend "mlx (tuned)") or name its kernel's schedule and CUDA compiler.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from functools import lru_cache
 
 import mlx.core as mx
@@ -29,7 +32,7 @@ from .formats import QuantizedWeight
 from .gradients import differentiable
 from .pipeline import compile_projection
 from .reference import finish, fused_reference
-from .schedule import Shape, choose, fuses_norm, row_bucket
+from .schedule import Route, Shape, choose, fuses_norm, row_bucket, tuned
 from .spec import ProjectionSpec
 from .targets import CPU, MetalTarget, Target
 from .trace import TraceRecord, record, tracing
@@ -73,9 +76,27 @@ def cuda_max_rows() -> int:
 
 
 @lru_cache(maxsize=1024)
-def _compiled(spec: ProjectionSpec, bucket: int, target: Target, shape: Shape, generation: int) -> Artifact:
-    """The artifact of a spec: the per-call cache lookup (`generation`: the settings' reload count)."""
+def _compiled(
+    spec: ProjectionSpec, bucket: int, target: Target, shape: Shape, generation: int, route: Route | None = None
+) -> Artifact:
+    """The artifact of a spec: the per-call cache lookup (`generation`: the settings' reload count;
+    `route`: the tuned decision choose reads, if any)."""
     return compile_projection(spec, choose(spec, bucket, target, shape), target.language)
+
+
+def target_of(backend: str) -> Target:
+    """The target a backend's kernels are built for."""
+    return build_target() if backend == "cuda" else CPU
+
+
+def tuning_site(call: Call, stream: StreamLike = None) -> tuple[str, Target, ProjectionSpec, Shape] | None:
+    """(backend, target, spec, shape) under which a checked call (without a norm) looks up tuned
+    decisions, or None where it runs stock MLX whatever is decided (no kernel backend)."""
+    backend = backend_of(stream_of(stream))
+    if backend == "mlx" or call.norm is not None:
+        return None
+    target = target_of(backend)
+    return backend, target, spec_of(call, target, None), Shape(call.K, call.columns)
 
 
 def spec_of(call: Call, target: Target, norm_eps: float | None) -> ProjectionSpec:
@@ -151,7 +172,28 @@ def _buffers(weights, biases) -> int:
     return count
 
 
+_CAPTURES: list[list[Call]] = []
+
+
+@contextmanager
+def capture():
+    """`with capture() as calls:` collects every checked call that reaches a backend (what the
+    tuner tunes), inside a trace so that no plan replays one unseen."""
+    from .trace import trace
+
+    calls: list[Call] = []
+    with trace():
+        _CAPTURES.append(calls)
+        try:
+            yield calls
+        finally:
+            _CAPTURES.remove(calls)
+
+
 def _run(call: Call, stream: StreamLike) -> list[mx.array]:
+    if _CAPTURES:
+        for calls in _CAPTURES:
+            calls.append(call)
     plannable = stream is None and not tracing()  # (explicit streams and traced calls take the full path)
     s = stream_of(stream)
     backend = backend_of(s)
@@ -170,14 +212,22 @@ def _run(call: Call, stream: StreamLike) -> list[mx.array]:
         backend = "mlx"
     if backend == "cuda" and rows > cuda_max_rows():
         backend = "mlx"  # the SIMT kernels lose to MLX's tensor-core GEMMs there
-    target = build_target() if backend == "cuda" else CPU
+    target = target_of(backend)
     shape = Shape(K, call.columns)
     norm = call.norm
     if norm is not None:
         spec = spec_of(call, target, float(norm[1]))
         if not (backend == "cuda" and norm[0].dtype == mx.bfloat16 and fuses_norm(spec, rows, target, shape)):
             return _norm_first(call, norm, s, stream, plannable)
-    if backend == "mlx":
+    route = None
+    if backend != "mlx" and tuned.active():
+        spec = spec_of(call, target, None if norm is None else float(norm[1]))
+        route = tuned.lookup(target, spec, row_bucket(rows), shape)
+        if route is not None and route.backend != backend:
+            route = None  # decided for another backend of the device (the emulator, the C++ path)
+        if route is not None and route.native:
+            backend = "mlx (tuned)"
+    if backend.startswith("mlx"):
         outs = fused_reference(x2, list(call.weights), list(call.biases), call.epilogue, res2)
         _record(call, backend, None)
         return [o.reshape(*lead, o.shape[-1]) for o in outs]
@@ -186,10 +236,11 @@ def _run(call: Call, stream: StreamLike) -> list[mx.array]:
     if backend == "cpu":
         artifact = primitive.CpuKernel(spec.name())
     else:
-        artifact = _compiled(spec, row_bucket(rows), target, shape, settings.generation())
+        artifact = _compiled(spec, row_bucket(rows), target, shape, settings.generation(), route)
     scalars = {"M": rows, "K": K, **{f"N{i}": n for i, n in enumerate(Ns)}}
     if backend == "cuda":
-        outs = _run_cuda(call, artifact, scalars, s, stream, plannable and not any(call.casts()))
+        compiler = None if route is None else route.compiler
+        outs = _run_cuda(call, artifact, scalars, s, stream, plannable and not any(call.casts()), compiler)
         _record(call, backend, artifact.entry)
         return outs
     inputs = [x2, *weight_inputs(call.weights, call.biases)]
@@ -225,10 +276,13 @@ def _norm_first(call: Call, norm: Norm, s: mx.Stream, stream: StreamLike, planna
     return outs
 
 
-def _run_cuda(call: Call, artifact, scalars, s: mx.Stream, stream: StreamLike, plannable: bool) -> list[mx.array]:
+def _run_cuda(
+    call: Call, artifact, scalars, s: mx.Stream, stream: StreamLike, plannable: bool, compiler: str | None = None
+) -> list[mx.array]:
     plan = cuda_launch.plan_of(
-        artifact, call.x, call.residual, call.out_dtype, call.rows, call.columns, scalars, call.lead, call.out_ns
-    )
+        artifact, call.x, call.residual, call.out_dtype, call.rows, call.columns, scalars, call.lead, call.out_ns,
+        compiler,
+    )  # fmt: skip
     weights, biases = list(call.weights), list(call.biases)
     if settings.current().cuda_gradients:
         # opt-in: it passed the H200 gradient check, but what it costs an eager call is unmeasured
@@ -277,12 +331,12 @@ def keep_plan(key: tuple, plan) -> None:
 
 def plan_key(op, x, weights, biases, epilogue, residual, norm: Norm | None = None) -> tuple | None:
     """What a call's checks and plan depend on besides its arrays' data: the shapes and dtypes of
-    every array, the quantization settings, the default device's type and the settings' reload
-    count; None for arguments the full path must look at (and reject)."""
+    every array, the quantization settings, the default device's type, the settings' reload
+    count and the tuned table's state; None for arguments the full path must look at (and reject)."""
     if type(x) is not mx.array or type(weights) is not list or type(biases) is not list:
         return None
     # the default device's type picks the backend (a Device itself hashes by identity)
-    key = [op, epilogue, x.shape, x.dtype, mx.default_device().type, settings.generation()]
+    key = [op, epilogue, x.shape, x.dtype, mx.default_device().type, settings.generation(), tuned.state()]
     for w in weights:
         if type(w) is QuantizedWeight:
             key.append(w.signature)
@@ -328,6 +382,12 @@ def plans_generation() -> int:
     return _GENERATION[0]
 
 
+def forget_plans() -> None:
+    """Forget call plans (the dispatch's, and through plans_generation those Projections keep)."""
+    _PLANS.clear()
+    _GENERATION[0] += 1
+
+
 def clear_kernel_caches() -> None:
     """Forget compiled kernels (sources, binaries and emulator objects held in memory) and call plans."""
     _compiled.cache_clear()
@@ -341,7 +401,9 @@ def clear_kernel_caches() -> None:
 
 __all__ = [
     "backend_of",
+    "capture",
     "clear_kernel_caches",
+    "forget_plans",
     "cuda_max_rows",
     "has_plans",
     "keep_plan",
@@ -352,5 +414,7 @@ __all__ = [
     "replay",
     "run",
     "stream_of",
+    "target_of",
+    "tuning_site",
     "weight_inputs",
 ]

@@ -127,6 +127,17 @@ def _directory(name: str, value: str) -> Path:
 
 
 @_stat_errors
+def _file_path(name: str, value: str) -> Path:
+    """A file to use (it need not exist yet): not a directory, never something that reads as an option."""
+    if value.startswith("-") or "\0" in value or value.endswith(os.sep):
+        raise _fail(name, value, "a file path")
+    path = Path(value).expanduser()
+    if path.is_dir():
+        raise ValueError(f"{name}: {_quote(value)} is a directory, not a file")
+    return path
+
+
+@_stat_errors
 def _existing_dir(name: str, value: str) -> str:
     if value.startswith("-") or not Path(value).is_dir():
         raise _fail(name, value, "an existing directory")
@@ -233,6 +244,12 @@ def _declare() -> dict[str, Setting]:
         Setting("CUDA_MMA_FUSED", _boolean, True, "concatenated weights (q/k/v) take the tensor-core schedule"),
         Setting("CUDA_MMA_STAGED", _boolean, True, "the staged ring (0: the direct loads)"),
         Setting(
+            "TUNE_STORE",
+            _file_path,
+            None,
+            "the tuner's sqlite store of decisions (default: <cache root>/tune/decisions.sqlite3)",
+        ),
+        Setting(
             "PATCHED_ARCHIVES",
             _boolean,
             False,
@@ -275,6 +292,7 @@ class Settings:
     cuda_mma_dense: str = "staged"
     cuda_mma_fused: bool = True
     cuda_mma_staged: bool = True
+    tune_store: Path | None = None
     patched_archives: bool = False  # MLX_METILE_PATCHED_ARCHIVES (docs/NATIVE.md)
     # MLX_METILE_CUDA_MMA_<KNOB>: the knobs set, (knob, value) pairs (MMA_KNOBS); a tuple, so that
     # a Settings value is hashable and can key the schedule cache
@@ -303,6 +321,11 @@ class Settings:
             return self.cache
         base = Path(self.xdg_cache_home) if self.xdg_cache_home else Path.home() / ".cache"
         return base / "mlx_metile"
+
+    @property
+    def tune_store_path(self) -> Path:
+        """The tuner's store: MLX_METILE_TUNE_STORE, else tune/decisions.sqlite3 under the cache root."""
+        return self.tune_store if self.tune_store is not None else self.cache_root / "tune" / "decisions.sqlite3"
 
 
 def parse(environ: Mapping[str, str]) -> Settings:

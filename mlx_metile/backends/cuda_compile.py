@@ -35,11 +35,11 @@ def find_nvcc() -> str | None:
     return None
 
 
-def compiler() -> tuple[str, str]:
-    """("nvcc", path) or ("nvrtc", library): MLX_METILE_CUDA_COMPILER=nvcc|nvrtc
-    picks one; by default nvcc where installed (what ran on the H200), else the
-    NVRTC that MLX's CUDA wheel brings."""
-    want = current().cuda_compiler or ""
+def compiler(want: str | None = None) -> tuple[str, str]:
+    """("nvcc", path) or ("nvrtc", library): `want` (a tuned decision's) or
+    MLX_METILE_CUDA_COMPILER=nvcc|nvrtc picks one; by default nvcc where installed (what
+    ran on the H200), else the NVRTC that MLX's CUDA wheel brings."""
+    want = want or current().cuda_compiler or ""
     nvcc = find_nvcc() if want != "nvrtc" else None
     if nvcc is not None:
         return "nvcc", nvcc
@@ -68,14 +68,15 @@ def binary_kind(arch: str, tool: str) -> str:
 MAGIC = {"cubin": b"\x7fELF", "fatbin": b"\x50\xed\x55\xba"}  # the fatbin's, 0xBA55ED50 little-endian
 
 
-def ptx(artifact: Artifact, arch: str | None = None) -> bytes:
+def ptx(artifact: Artifact, arch: str | None = None, tool: str | None = None) -> bytes:
     """Machine code of a CUDA artifact: a compressed fatbin or a cubin for an
     `sm_NN` arch (see binary_kind), PTX for a `compute_NN` one (portable,
-    JIT-compiled by the driver); the arch, compiler and kind as the settings give them now."""
+    JIT-compiled by the driver); the arch, compiler and kind as the settings give them now
+    (`tool`: the compiler a tuned decision names)."""
     if artifact.target != "cuda":
         raise ValueError(f"artifact: expected a cuda artifact, got {artifact.target}")
     arch = arch or cuda_arch()
-    tool, path = compiler()
+    tool, path = compiler(tool)
     return _compiled(artifact, arch, tool, path, binary_kind(arch, tool))
 
 

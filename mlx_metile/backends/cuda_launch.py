@@ -50,14 +50,16 @@ class CudaPlan:
     the kernel sees only row-contiguous buffers (MLX copies any other input), so a reshape would
     be one more graph node to build and evaluate per array."""
 
-    def __init__(self, artifact, x_cast, res_cast, out_dtype, rows, cols, scalars, lead, out_ns):
+    def __init__(self, artifact, x_cast, res_cast, out_dtype, rows, cols, scalars, lead, out_ns, compiler=None):
         self.x_cast, self.res_cast = x_cast, res_cast
         names = tuple(name for kind, name in binding_template(artifact) if kind == 2)
         (tx, ty, tz), (gx, gy, gz) = artifact.threads_per_group, artifact.grid(rows, cols)
         # MLX's precompiled-kernel op passes inputs, outputs, then scalars; the grid is in threads
         self.kwargs = dict(
             name=artifact.entry,
-            compiled_source=cuda_compile.ptx(artifact),
+            compiled_source=cuda_compile.ptx(artifact)
+            if compiler is None
+            else cuda_compile.ptx(artifact, tool=compiler),
             output_shapes=[(*lead, n) for n in out_ns],
             output_dtypes=[out_dtype] * len(out_ns),
             scalars=[scalars[name] for name in names],
@@ -113,8 +115,9 @@ class NormFirstPlan:
         return self.inner.run_with(xn, weight_arrays[1:], residual, stream)
 
 
-def plan_of(artifact, x, residual, out_dtype, rows, cols, scalars, lead, out_ns) -> CudaPlan:
-    """The plan of a checked call, from its original x and residual."""
+def plan_of(artifact, x, residual, out_dtype, rows, cols, scalars, lead, out_ns, compiler=None) -> CudaPlan:
+    """The plan of a checked call, from its original x and residual; `compiler` ("nvcc", "nvrtc";
+    None: the settings') builds its binary."""
     x_cast = out_dtype if x.dtype != out_dtype else None
     res_cast = out_dtype if residual is not None and residual.dtype != out_dtype else None
-    return CudaPlan(artifact, x_cast, res_cast, out_dtype, rows, cols, scalars, lead, out_ns)
+    return CudaPlan(artifact, x_cast, res_cast, out_dtype, rows, cols, scalars, lead, out_ns, compiler)

@@ -1,11 +1,11 @@
-"""The `mlx-metile` command: `demo`, `generate`, `bench`, `info`, `cache`; `--version` on each."""
+"""The `mlx-metile` command: `demo`, `generate`, `bench`, `info`, `cache`, `tune`; `--version` on each."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import bench, cache, demo, generate, info
+from . import bench, cache, demo, generate, info, tune
 from .errors import UsageError
 
 
@@ -21,7 +21,7 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="mlx-metile", description=__doc__)
     top.add_argument("--version", action="version", version=version())
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (demo, generate, bench, info, cache):
+    for module in (demo, generate, bench, info, cache, tune):
         module.add_parser(sub)
     for command in sub.choices.values():
         command.add_argument("--version", action="version", version=version())

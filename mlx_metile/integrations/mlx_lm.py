@@ -29,6 +29,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
+from ..schedule import ROW_BUCKETS, row_bucket
+from ..tune import autotune
 from .modules import (
     QUANTIZED_LINEAR,
     FusedSwiGLU,
@@ -93,6 +95,7 @@ class PatchReport:
     allowed: float | None = None
     seconds: float = 0.0  # what patch() took, verification included
     shard: str = ""  # for a tensor-parallel model, this process's place in it ("rank 0 of 2")
+    tuning: object | None = None  # patch(tune=True): the mlx_metile.tune.Tuning of the patched calls
     _parts: list[Part] = field(default_factory=list, repr=False)
 
     def __bool__(self) -> bool:
@@ -112,6 +115,8 @@ class PatchReport:
             lines.append(f"  replaced {kind:12s} {path}" + (f" ({fmt})" if fmt else ""))
         for path, kind, why in self.declined:
             lines.append(f"  declined {kind:12s} {path}: {why}")
+        if self.tuning is not None:
+            lines.append(str(self.tuning))
         return "\n".join(lines)
 
     def restore(self) -> None:
@@ -461,6 +466,7 @@ def patch(
     dense: bool | None = None,
     fuse_norms: bool = False,
     seed: int = 0,
+    tune: bool = False,
 ) -> PatchReport:
     """Swap the model's projections for mlx_metile's fused kernels.
 
@@ -482,6 +488,9 @@ def patch(
       fuses them (schedule.norm_pays: the input norm into q/k/v; the post-attention norm stays its own
       op before the SwiGLU gate/up, where fusing measured slower). Off by default: on the H200 a
       32-layer Llama ran within 2% either way at 1-8 rows and 6-9% slower with it at 32 rows.
+    tune: then decide each replaced call's route at every row bucket up to max_rows
+      (mlx_metile.autotune: from the tuner's store, else by a tournament against stock MLX,
+      which is kept wherever it is not beaten by its margin); the report's .tuning says what.
     Returns a PatchReport (falsy when nothing was replaced) with .restore()."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: expected an mlx.nn.Module, got {type(model).__name__}")
@@ -503,6 +512,16 @@ def patch(
         raise TypeError(f"dense: expected True, False or None, got {dense!r}")
     if not isinstance(fuse_norms, bool):
         raise TypeError(f"fuse_norms: expected True or False, got {fuse_norms!r}")
+    if not isinstance(tune, bool):
+        raise TypeError(f"tune: expected True or False, got {tune!r}")
+    if tune:
+        report = patch(
+            model, verify=verify, tolerance=tolerance, max_rows=max_rows, dense=dense, fuse_norms=fuse_norms, seed=seed
+        )
+        if report:
+            rows = sorted({b for b in ROW_BUCKETS if b <= max_rows} | {row_bucket(max_rows)})
+            report.tuning = autotune(model, rows=rows)
+        return report
     started = time.perf_counter()
     report = PatchReport(shard=" ".join(filter(None, (rules.describe(model) for rules in EXTRA_RULES))))
     agree = _agreement(model)  # for a sharded model, the largest of every rank's value: all decide alike

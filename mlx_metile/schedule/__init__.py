@@ -1,9 +1,11 @@
 """The schedule room: `Schedule` (every knob of a kernel as a value) and `choose`, which decides
-it from hand rules per target, tuned tables (data files) and the settings' overrides."""
+it from hand rules per target, tuned tables (data files), the tuner's decisions (`tuned`) and the
+settings' overrides."""
 
 from .buckets import MAX_ROWS_PER_PROGRAM, ROW_BUCKETS, TILED_BUCKET, row_bucket
 from .choice import NORM_FUSED_MAX_COLUMNS, Shape, choose, fuses_norm, norm_pays, takes_mma, tensor_cores
 from .schedule import SIMD_WIDTH, Schedule
+from .tuned import Route
 
 __all__ = [
     "MAX_ROWS_PER_PROGRAM",
@@ -11,6 +13,7 @@ __all__ = [
     "ROW_BUCKETS",
     "SIMD_WIDTH",
     "TILED_BUCKET",
+    "Route",
     "Schedule",
     "Shape",
     "choose",

@@ -14,6 +14,7 @@ from .cuda_layouts import DEEP, bucket_layout, column_layout
 from .cuda_mma import MmaRules
 from .schedule import Schedule
 from .simt import simt_schedule
+from .tuned import lookup
 
 # The fused RMSNorm measured faster than mx.fast.rms_norm before the same kernel for q/k/v (at most
 # this many output columns, no SwiGLU); docs/SCHEDULES.md, "Norm fusion".
@@ -49,8 +50,13 @@ def takes_mma(spec: ProjectionSpec, target: Target, cfg: Settings) -> bool:
 
 
 def choose(spec: ProjectionSpec, rows: int, target: Target, shape: Shape, cfg: Settings | None = None) -> Schedule:
-    """The schedule of `spec` for calls of `rows` rows (their row bucket) on `target`."""
-    return _choose(spec, row_bucket(rows), target, shape, cfg or current())
+    """The schedule of `spec` for calls of `rows` rows (their row bucket) on `target`: the tuned
+    table's where a decision names one (schedule.tuned), else the hand rules'."""
+    bucket = row_bucket(rows)
+    route = lookup(target, spec, bucket, shape)
+    if route is not None and route.schedule is not None:
+        return route.schedule
+    return _choose(spec, bucket, target, shape, cfg or current())
 
 
 @lru_cache(maxsize=4096)

@@ -24,7 +24,7 @@ CHOICES = {
     "CUDA_MMA_DENSE": ("0", "1", "staged"),
 }
 EXECUTABLES = ["CLANG", "NVCC"]
-PATHS = ["CACHE", "NVRTC", "CUDA_INCLUDE", *EXECUTABLES]
+PATHS = ["CACHE", "NVRTC", "CUDA_INCLUDE", "TUNE_STORE", *EXECUTABLES]
 OTHERS = ["DEBUG", "CUDA_TUNE", "CUDA_ARCH"]
 KNOBS = {f"CUDA_MMA_{k.upper()}": k for k in MMA_KNOBS}
 
@@ -181,6 +181,15 @@ def test_cache_is_a_directory_that_need_not_exist(tmp_path):
     plain = tmp_path / "file"
     plain.write_text("")
     refused("CACHE", str(plain), "exists and is not a directory")
+
+
+def test_tune_store_is_a_file_that_need_not_exist(tmp_path):
+    assert parsed("TUNE_STORE", str(tmp_path / "new" / "d.sqlite3")) == tmp_path / "new" / "d.sqlite3"
+    assert parse({P + "TUNE_STORE": str(tmp_path / "d.db")}).tune_store_path == tmp_path / "d.db"
+    assert parse({P + "CACHE": str(tmp_path)}).tune_store_path == tmp_path / "tune" / "decisions.sqlite3"
+    refused("TUNE_STORE", str(tmp_path), "is a directory, not a file")
+    refused("TUNE_STORE", "-x", "a file path")
+    refused("TUNE_STORE", str(tmp_path) + "/", "a file path")
 
 
 def test_cache_root_without_the_setting_follows_xdg(tmp_path):
