@@ -161,3 +161,24 @@ def test_dynamic_threadgroup_memory_and_missing_barrier_shows_with_reversed_orde
     bad = Kernel(src.replace("BARRIER", ""), "rev")
     with pytest.raises(KernelFault, match="never written"):
         bad.dispatch_threadgroups(1, 64, [x, np.zeros(64, np.float32)], [64 * 4], order="reversed")
+
+
+FMAX_FMIN = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void fmax_fmin(device const float* a [[buffer(0)]], device const float* b [[buffer(1)]],
+                      device float* out [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+  out[2 * i] = fmax(a[i], b[i]);
+  out[2 * i + 1] = fmin(a[i], b[i]);
+}
+"""
+
+
+def test_fmax_and_fmin_return_the_other_argument_of_a_nan():
+    """Metal's fmax / fmin: where one argument is a NaN, the other; both NaN, a NaN (numpy's fmax)."""
+    a = np.array([np.nan, 1.0, np.nan, -2.0, 3.0], np.float32)
+    b = np.array([1.0, np.nan, np.nan, 5.0, -4.0], np.float32)
+    out = np.zeros(10, np.float32)
+    Kernel(FMAX_FMIN, "fmax_fmin").dispatch_threadgroups(1, 5, [a, b, out])
+    np.testing.assert_array_equal(out[0::2], np.fmax(a, b))
+    np.testing.assert_array_equal(out[1::2], np.fmin(a, b))

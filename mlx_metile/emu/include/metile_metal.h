@@ -335,13 +335,14 @@ template <class T>
 inline T max(T a, T b) {
   return __metile::map2(a, b, [](auto x, auto y) { return x < y ? y : x; });
 }
+// fmin / fmax as Metal defines them: where one argument is a NaN, the other one
 template <class T>
 inline T fmin(T a, T b) {
-  return min(a, b);
+  return __metile::map2(a, b, [](auto x, auto y) { return x != x ? y : y != y ? x : (y < x ? y : x); });
 }
 template <class T>
 inline T fmax(T a, T b) {
-  return max(a, b);
+  return __metile::map2(a, b, [](auto x, auto y) { return x != x ? y : y != y ? x : (x < y ? y : x); });
 }
 template <class T>
 inline T clamp(T x, T lo, T hi) {
