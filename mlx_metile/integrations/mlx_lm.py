@@ -319,8 +319,11 @@ def _mlp_shapes_fit(members: list) -> bool:
     return _k(gate) == _k(up) and up["weight"].shape[0] == width and _k(down) == width
 
 
-def _qkv_part(attn: nn.Module, path: str, members: list, max_rows: int) -> Part:
+def _qkv_part(attn: nn.Module, path: str, members: list, max_rows: int, projection=None) -> Part:
+    """q/k/v as one fused projection; `projection` replaces the group's own (a tensor-parallel one)."""
     group = QKVGroup(members, max_rows)
+    if projection is not None:
+        group.projection = projection
     names = ("q_proj", "k_proj", "v_proj")
     proxies = [QKVMember(group, i) for i in range(3)]
 

@@ -42,10 +42,10 @@ from .mlx_lm import (
     DENSE_DECLINED,
     EXTRA_RULES,
     PATCHED_TYPES,
-    Part,
     _mlp_part,
     _named,
     _probe,
+    _qkv_part,
     _replace_part,
     _walk,
     _wanted,
@@ -54,8 +54,6 @@ from .modules import (
     FusedSwiGLU,
     MetileProjection,
     ProjectionCache,
-    QKVGroup,
-    QKVMember,
     _record_fallback,
     carry_back,
     quantized_supported,
@@ -207,7 +205,7 @@ def discover_sharded(model: nn.Module, max_rows: int, declined: list, dense: boo
             if not _wanted(members, dense):
                 declined.append((path, "qkv", DENSE_DECLINED))
             else:
-                parts.append(_named(_qkv_part(mod, path, members, max_rows), members))
+                parts.append(_named(_qkv_part(mod, path, members, max_rows, SummingCache(members[0].group)), members))
         if all(n in mod for n in MLP) and any(isinstance(mod[n], SHARDED) for n in MLP):
             members = [mod[n] for n in MLP]
             why = _mlp_misfit(members)
@@ -267,23 +265,6 @@ def _mlp_misfit(members: list) -> str:
     if _k(gate) != _k(up) or up["weight"].shape[0] != width or _k(down) != width:
         return "gate/up/down slices do not fit together (one input, one intermediate slice): left to MLX"
     return ""
-
-
-def _qkv_part(attn: nn.Module, path: str, members: list, max_rows: int):
-    group = QKVGroup(members, max_rows)
-    group.projection = SummingCache(members[0].group)
-    proxies = [QKVMember(group, i) for i in range(3)]
-
-    def apply():
-        for n, p in zip(QKV, proxies):
-            attn[n] = p
-
-    def undo():
-        for n, m, p in zip(QKV, members, proxies):
-            carry_back(p, m)
-            attn[n] = m
-
-    return Part(path, "qkv", apply, undo)
 
 
 # -- ranks ------------------------------------------------------------------------------------

@@ -48,7 +48,8 @@ def launch(ranks: int, module: str, args: list[str], out: Path, timeout: float) 
     launcher_log = out / "launcher.log"
     with open(launcher_log, "w") as log:
         # stdin: a pipe never written to (the launcher forwards its stdin to the ranks and would
-        # spin on an always-readable /dev/null); a session of its own, so a timeout kills every rank
+        # spin on an always-readable /dev/null); a process group of its own (start_new_session),
+        # so a timeout kills every rank
         proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True)
         try:
             proc.wait(timeout=timeout)
