@@ -3,7 +3,7 @@ CUDA backend, all in one run, written as one JSON file with the machine, version
 
     python bench/h200.py --out bench/results/h200-<what>-<date>.json [--quick] [--shapes ...]
         [--formats ...] [--rows ...] [--fused-rows ...] [--modes eager compiled chained]
-        [--products-per-eval N]
+        [--products-per-eval N] [--untuned]
 
 For rows x formats x model shapes (bench/cases.py): the effective weight bandwidth of each side,
 each timed product using the next weight of a pool several times the 60 MB L2, with the copy
@@ -29,6 +29,7 @@ import mlx_metile as mt  # noqa: E402
 from bench import cases, torch_cuda  # noqa: E402
 from bench.cases import FORMATS, FUSED_SHAPES, ROWS, SHAPES, chain, flat, make_pool, product_step, products  # noqa: E402
 from bench.timing import copy_roofline, timed_pair, timed_with_host  # noqa: E402
+from mlx_metile import settings  # noqa: E402
 from mlx_metile.backends.cuda_launch import launch_kind  # noqa: E402
 from mlx_metile.cli import machine  # noqa: E402
 
@@ -40,9 +41,13 @@ IMPLS = ("mlx_metile", "stock")
 FLOOR_KEY = {"compiled": "read_floor", "chained": "read_floor_chained"}  # where each mode's read floor goes
 
 
-def bench_case(fmt, K, N, rows, pool, nbytes, modes, count, torch=None, fused: str | None | bool = False) -> dict:
+def bench_case(
+    fmt, K, N, rows, pool, nbytes, modes, count, torch=None, fused: str | None | bool = False, untuned: bool = False
+) -> dict:
     """One shape, format and row count: each mode's time per product of both sides (and their
-    host part), the read floors, and PyTorch's time where it runs."""
+    host part), the read floors, and PyTorch's time where it runs. `untuned`: in the compiled
+    and chained modes also mlx-metile with no decisions file (MLX_METILE_CUDA_DECISIONS=off: the
+    hand rules alone), traced under that setting."""
     x = mx.random.normal((rows, K)).astype(mx.bfloat16)
     if fused is not False:  # one x per product (see cases.products)
         x = [mx.random.normal((rows, K), key=mx.random.key(1000 + i)).astype(mx.bfloat16) for i in range(count)]
@@ -67,6 +72,8 @@ def bench_case(fmt, K, N, rows, pool, nbytes, modes, count, torch=None, fused: s
             x_in = x
         t_ours, h_ours = (t / count for t in timed_with_host(lambda fo=fo, x_in=x_in: fo(x_in)))
         t_stock, h_stock = (t / count for t in timed_with_host(lambda fs=fs, x_in=x_in: fs(x_in)))
+        if untuned and mode != "eager":
+            r[f"{mode}_untuned"] = untuned_case(mode, fmt, fused, pool, ours, count, x_in, nbytes, t_stock)
         r[mode] = {
             "t_ours": t_ours,
             "t_stock": t_stock,
@@ -85,6 +92,16 @@ def bench_case(fmt, K, N, rows, pool, nbytes, modes, count, torch=None, fused: s
 
 
 _floors: dict = {}
+
+
+def untuned_case(mode, fmt, fused, pool, ours, count, x_in, nbytes, t_stock) -> dict:
+    """The mode's mlx-metile side with the hand rules alone: compiled and traced (its first call)
+    under MLX_METILE_CUDA_DECISIONS=off, timed after, like the tuned side."""
+    f = mx.compile(chain(product_step("mlx_metile", fmt, fused), pool, count) if mode == "chained" else ours)
+    with settings.override(MLX_METILE_CUDA_DECISIONS="off"):
+        mx.eval(f(x_in))
+    t, host = (t / count for t in timed_with_host(lambda: f(x_in)))
+    return {"t_ours": t, "host_ours": host, "gbs_ours": nbytes / t / 1e9, "speedup": t_stock / t}
 
 
 def read_floor_case(pool: list, x, nbytes: int, count: int, chained: bool = False) -> dict:
@@ -174,6 +191,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--modes", nargs="*", default=list(DEFAULT_MODES), choices=list(MODES))
     ap.add_argument("--rows", nargs="*", type=positive, default=None, help="row counts (default: 1-32)")
     ap.add_argument(
+        "--untuned",
+        action="store_true",
+        help="compiled / chained: also mlx-metile with the hand rules alone (no decisions file)",
+    )
+    ap.add_argument(
         "--fused-rows",
         nargs="*",
         type=positive,
@@ -191,6 +213,7 @@ def main() -> int:
     report = machine.facts()
     report["products_per_eval"] = count
     report["cuda_launch"] = launch_kind()  # primitive | native (MLX's op from C++) | python
+    report["cuda_decisions"] = str(settings.current().cuda_decisions)  # None: the package's file
     report["copy_roofline_bytes_per_s"], report["copy_roofline_method"] = copy_roofline()
     print(f"copy roofline {report['copy_roofline_bytes_per_s'] / 1e12:.2f} TB/s", flush=True)
     rows_list = args.rows or ([1, 4, 16] if args.quick else ROWS)
@@ -207,7 +230,7 @@ def main() -> int:
             pool, nbytes = make_pool(fmt, K, N, widths)
             for rows in rows_list:
                 try:
-                    r = bench_case(fmt, K, N, rows, pool, nbytes, modes, count, torch, fused)
+                    r = bench_case(fmt, K, N, rows, pool, nbytes, modes, count, torch, fused, args.untuned)
                 except Exception as e:
                     r = {"error": repr(e)}
                 r.update({"shape": shape_name, "K": K, "N": N, "format": fmt, "rows": rows, "weight_bytes": nbytes})

@@ -116,6 +116,14 @@ def _existing_file(name: str, value: str) -> str:
 
 
 @_stat_errors
+def _decisions(name: str, value: str) -> str:
+    """ "off" (or "0"): no decisions file; else the path of one."""
+    if value.strip().lower() in ("off", "0"):
+        return ""
+    return _existing_file(name, value)
+
+
+@_stat_errors
 def _directory(name: str, value: str) -> Path:
     """A directory to use (it need not exist yet); never something that reads as an option."""
     if value.startswith("-") or "\0" in value:
@@ -244,6 +252,13 @@ def _declare() -> dict[str, Setting]:
         Setting("CUDA_MMA_FUSED", _boolean, True, "concatenated weights (q/k/v) take the tensor-core schedule"),
         Setting("CUDA_MMA_STAGED", _boolean, True, "the staged ring (0: the direct loads)"),
         Setting(
+            "CUDA_DECISIONS",
+            _decisions,
+            None,
+            "tuned CUDA routes used where the tuner installed none: a decisions file, or off "
+            "(default: the package's, measured on the H200; docs/TUNING.md)",
+        ),
+        Setting(
             "TUNE_STORE",
             _file_path,
             None,
@@ -292,6 +307,7 @@ class Settings:
     cuda_mma_dense: str = "staged"
     cuda_mma_fused: bool = True
     cuda_mma_staged: bool = True
+    cuda_decisions: str | None = None  # MLX_METILE_CUDA_DECISIONS: None the package's file, "" off
     tune_store: Path | None = None
     patched_archives: bool = False  # MLX_METILE_PATCHED_ARCHIVES (docs/NATIVE.md)
     # MLX_METILE_CUDA_MMA_<KNOB>: the knobs set, (knob, value) pairs (MMA_KNOBS); a tuple, so that

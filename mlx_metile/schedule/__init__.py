@@ -3,7 +3,7 @@ it from hand rules per target, tuned tables (data files), the tuner's decisions 
 settings' overrides."""
 
 from .buckets import MAX_ROWS_PER_PROGRAM, ROW_BUCKETS, TILED_BUCKET, row_bucket
-from .choice import NORM_FUSED_MAX_COLUMNS, Shape, choose, fuses_norm, norm_pays, takes_mma, tensor_cores
+from .choice import NORM_FUSED_MAX_COLUMNS, Shape, choose, fuses_norm, norm_pays, rules, takes_mma, tensor_cores
 from .schedule import SIMD_WIDTH, Schedule
 from .tuned import Route
 
@@ -20,6 +20,7 @@ __all__ = [
     "fuses_norm",
     "norm_pays",
     "row_bucket",
+    "rules",
     "takes_mma",
     "tensor_cores",
 ]

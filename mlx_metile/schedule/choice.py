@@ -51,12 +51,19 @@ def takes_mma(spec: ProjectionSpec, target: Target, cfg: Settings) -> bool:
 
 def choose(spec: ProjectionSpec, rows: int, target: Target, shape: Shape, cfg: Settings | None = None) -> Schedule:
     """The schedule of `spec` for calls of `rows` rows (their row bucket) on `target`: the tuned
-    table's where a decision names one (schedule.tuned), else the hand rules'."""
+    table's where a decision names one (schedule.tuned, which also reads the decisions file:
+    schedule.decisions), else the hand rules'."""
     bucket = row_bucket(rows)
     route = lookup(target, spec, bucket, shape)
     if route is not None and route.schedule is not None:
         return route.schedule
     return _choose(spec, bucket, target, shape, cfg or current())
+
+
+def rules(spec: ProjectionSpec, rows: int, target: Target, shape: Shape, cfg: Settings | None = None) -> Schedule:
+    """The hand rules' schedule, whatever the tuner installed or a decisions file holds: what the
+    tuner's candidates vary around."""
+    return _choose(spec, row_bucket(rows), target, shape, cfg or current())
 
 
 @lru_cache(maxsize=4096)

@@ -17,38 +17,13 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 
 from ..spec import ProjectionSpec
 from ..targets import Target
-from .schedule import Schedule
+from . import decisions
+from .route import NATIVE, Route
 
-NATIVE = "native"
-
-
-@dataclass(frozen=True)
-class Route:
-    """What runs a call: `backend` is the dispatch backend it was decided on ("cpu", "cuda",
-    "metal", "emulator"); `native` runs the stock MLX composition there; `schedule` (None: what
-    choose's rules give) and `compiler` (CUDA: "nvcc" or "nvrtc"; None: the settings') pick the
-    kernel. `name` is the candidate's name in the tournament that chose it."""
-
-    backend: str
-    name: str = NATIVE
-    native: bool = False
-    schedule: Schedule | None = None
-    compiler: str | None = None
-
-    def describe(self) -> str:
-        if self.native:
-            return f"{self.name}: stock MLX on {self.backend}"
-        parts = [f"{self.name}: {self.backend}"]
-        if self.compiler:
-            parts.append(self.compiler)
-        if self.schedule is not None:
-            parts.append(self.schedule.describe())
-        return ", ".join(parts)
-
+__all__ = ["NATIVE", "Route", "active", "forcing", "forget", "install", "installed", "key", "lookup", "state"]
 
 Key = tuple  # (target, spec, row bucket, Shape)
 
@@ -65,18 +40,21 @@ def key(target: Target, spec: ProjectionSpec, bucket: int, shape) -> Key:
 
 
 def active() -> bool:
-    """Whether any decision is installed or forced (the dispatch skips the lookup otherwise)."""
-    return bool(_table) or bool(_forced.get())
+    """Whether any decision is installed, forced or in the decisions file (the dispatch skips the
+    lookup otherwise)."""
+    return bool(_table) or bool(_forced.get()) or decisions.present()
 
 
 def lookup(target: Target, spec: ProjectionSpec, bucket: int, shape) -> Route | None:
-    """The route forced or installed for a call, or None (choose's rules decide)."""
+    """The route forced or installed for a call, else the decisions file's (schedule.decisions),
+    or None (choose's rules decide)."""
     forced = _forced.get()
     if forced:
         for (t, s, sh), route in reversed(forced):
             if t == target and s == spec and sh == shape:
                 return route
-    return _table.get((target, spec, bucket, shape))
+    route = _table.get((target, spec, bucket, shape))
+    return route if route is not None else decisions.lookup(target, spec, bucket, shape)
 
 
 def install(entries: Mapping[Key, Route]) -> None:

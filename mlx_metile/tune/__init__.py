@@ -7,6 +7,7 @@ from .. import dispatch
 from ..schedule import tuned
 from .autotune import Tuning, autotune
 from .candidates import KINDS, Candidate, register
+from .export import export_decisions
 from .protocol import Clock, Protocol, WallClock
 from .store import Store, StoreError
 from .tournament import Decision, Record, install_routes, tournament
@@ -30,6 +31,7 @@ __all__ = [
     "Tuning",
     "WallClock",
     "autotune",
+    "export_decisions",
     "forget",
     "install_routes",
     "register",

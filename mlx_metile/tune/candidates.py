@@ -27,7 +27,7 @@ import mlx.core as mx
 
 from .. import dispatch, settings
 from ..ops import fused_linear
-from ..schedule import Route, choose, tuned
+from ..schedule import Route, rules, tuned
 from ..settings import MMA_KNOBS, Settings
 from .site import Site
 
@@ -166,7 +166,7 @@ CUDA_SIMT_VARIANTS = {"sg": (2, 4, 8), "nc": (2, 4, 8)}
 def cuda_schedules(site: Site, bucket: int, cfg: Settings | None = None) -> list[tuple[str, object]]:
     """(name, Schedule) of the rules' schedule ("cuda") and each distinct variant of it."""
     cfg = cfg or settings.current()
-    base = choose(site.spec, bucket, site.target, site.shape, cfg)
+    base = rules(site.spec, bucket, site.target, site.shape, cfg)
     found = [("cuda", base)]
     seen = {base}
     variants: list[tuple[str, Settings]] = []
@@ -182,7 +182,7 @@ def cuda_schedules(site: Site, bucket: int, cfg: Settings | None = None) -> list
                 variants.append((f"cuda:{knob}={v}", replace(cfg, cuda_tune=_with(cfg.cuda_tune, knob, v))))
     for name, variant in variants:
         try:
-            schedule = choose(site.spec, bucket, site.target, site.shape, variant)
+            schedule = rules(site.spec, bucket, site.target, site.shape, variant)
         except ValueError:  # a variant the rules refuse for this spec
             continue
         if schedule not in seen:

@@ -21,7 +21,7 @@ import mlx.core as mx
 import numpy as np
 
 from .. import dispatch
-from ..schedule import Route, Schedule, row_bucket, tuned
+from ..schedule import Route, row_bucket, tuned
 from . import gate as gates
 from . import identity
 from .candidates import NATIVE, Candidate, candidates, margin_of
@@ -116,24 +116,11 @@ def key_of(ctx: dict) -> str:
 
 
 def route_dict(route: Route | None) -> dict | None:
-    if route is None:
-        return None
-    d = asdict(route)
-    d["schedule"] = None if route.schedule is None else route.schedule.knobs()
-    return d
+    return None if route is None else route.as_dict()
 
 
 def route_of(d: dict | None) -> Route | None:
-    if d is None:
-        return None
-    schedule = d.get("schedule")
-    return Route(
-        d["backend"],
-        d["name"],
-        bool(d["native"]),
-        None if schedule is None else Schedule(**schedule),
-        d.get("compiler"),
-    )
+    return None if d is None else Route.from_dict(d)
 
 
 # -- one tournament ------------------------------------------------------------------------------
