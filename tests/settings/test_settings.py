@@ -25,7 +25,7 @@ CHOICES = {
 }
 EXECUTABLES = ["CLANG", "NVCC"]
 PATHS = ["CACHE", "NVRTC", "CUDA_INCLUDE", "TUNE_STORE", *EXECUTABLES]
-OTHERS = ["DEBUG", "CUDA_TUNE", "CUDA_ARCH"]
+OTHERS = ["DEBUG", "CUDA_TUNE", "CUDA_ARCH", "CUDA_DECISIONS"]
 KNOBS = {f"CUDA_MMA_{k.upper()}": k for k in MMA_KNOBS}
 
 
@@ -190,6 +190,16 @@ def test_tune_store_is_a_file_that_need_not_exist(tmp_path):
     refused("TUNE_STORE", str(tmp_path), "is a directory, not a file")
     refused("TUNE_STORE", "-x", "a file path")
     refused("TUNE_STORE", str(tmp_path) + "/", "a file path")
+
+
+def test_cuda_decisions_is_an_existing_file_or_off(tmp_path):
+    f = tmp_path / "d.json"
+    f.write_text("{}")
+    assert parsed("CUDA_DECISIONS", str(f)) == str(f)
+    assert parsed("CUDA_DECISIONS", "off") == parsed("CUDA_DECISIONS", "0") == ""
+    assert parse({}).cuda_decisions is None
+    refused("CUDA_DECISIONS", str(tmp_path / "absent.json"), "existing file")
+    refused("CUDA_DECISIONS", str(tmp_path), "existing file")
 
 
 def test_cache_root_without_the_setting_follows_xdg(tmp_path):
