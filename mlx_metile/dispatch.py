@@ -31,7 +31,7 @@ from .call import Call, Norm, check, product_dtypes
 from .formats import QuantizedWeight
 from .gradients import differentiable
 from .pipeline import compile_projection
-from .reference import finish, fused_reference
+from .reference import StockPlan, finish, fused_reference
 from .schedule import Route, Shape, choose, fuses_norm, row_bucket, tuned
 from .spec import ProjectionSpec
 from .targets import CPU, MetalTarget, Target
@@ -219,17 +219,22 @@ def _run(call: Call, stream: StreamLike) -> list[mx.array]:
         spec = spec_of(call, target, float(norm[1]))
         if not (backend == "cuda" and norm[0].dtype == mx.bfloat16 and fuses_norm(spec, rows, target, shape)):
             return _norm_first(call, norm, s, stream, plannable)
-    route = None
-    if backend != "mlx" and tuned.active():
+    route, replay_native = None, False
+    if backend != "mlx" and tuned.active(cuda=backend == "cuda"):
         spec = spec_of(call, target, None if norm is None else float(norm[1]))
         route = tuned.lookup(target, spec, row_bucket(rows), shape)
         if route is not None and route.backend != backend:
             route = None  # decided for another backend of the device (the emulator, the C++ path)
         if route is not None and route.native:
+            replay_native = backend == "cuda" and plannable and norm is None
             backend = "mlx (tuned)"
     if backend.startswith("mlx"):
         outs = fused_reference(x2, list(call.weights), list(call.biases), call.epilogue, res2)
         _record(call, backend, None)
+        if replay_native:  # replayed without the checks next time, as stock MLX runs it (CUDA keeps plans)
+            key = plan_key(call.op, call.x, list(call.weights), list(call.biases), call.epilogue, call.residual)
+            if key is not None:
+                keep_plan(key, StockPlan(call.weights, call.biases, call.epilogue, call.out_dtype))
         return [o.reshape(*lead, o.shape[-1]) for o in outs]
 
     spec = spec_of(call, target, None if norm is None else float(norm[1]))

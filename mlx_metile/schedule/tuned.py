@@ -39,10 +39,10 @@ def key(target: Target, spec: ProjectionSpec, bucket: int, shape) -> Key:
     return (target, spec, bucket, shape)
 
 
-def active() -> bool:
-    """Whether any decision is installed, forced or in the decisions file (the dispatch skips the
-    lookup otherwise)."""
-    return bool(_table) or bool(_forced.get()) or decisions.present()
+def active(cuda: bool = False) -> bool:
+    """Whether any decision is installed or forced - or, for a CUDA call (`cuda`), in the
+    decisions file (the dispatch skips the lookup otherwise)."""
+    return bool(_table) or bool(_forced.get()) or (cuda and decisions.present())
 
 
 def lookup(target: Target, spec: ProjectionSpec, bucket: int, shape) -> Route | None:

@@ -47,7 +47,7 @@ def test_an_entry_applies_to_its_exact_call_only(env, tmp_path):
 def test_installed_decisions_come_first_and_off_turns_the_file_off(env, tmp_path):
     native = Route("cuda", "native", native=True)
     env.set("MLX_METILE_CUDA_DECISIONS", write(tmp_path / "d.json", [entry(native)]))
-    assert tuned.lookup(H200, SPEC, 8, SHAPE) == native and tuned.active()
+    assert tuned.lookup(H200, SPEC, 8, SHAPE) == native and tuned.active(cuda=True) and not tuned.active()
     mine = Route("cuda", "cuda")
     tuned.install({tuned.key(H200, SPEC, 8, SHAPE): mine})
     try:
