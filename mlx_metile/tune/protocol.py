@@ -70,6 +70,10 @@ class Protocol:
     quantile: float = 0.8
     finalists: int = 2
     budget_s: float = 300.0  # one tournament's timing; past it, whoever is undecided is inconclusive
+    # bytes of weights the timed calls rotate through (copies of the site's, each call the next):
+    # more than the GPU's L2 (the H200's is 60 MB) streams them from memory, as a model's layers
+    # do; 0 times the site's weights alone
+    pool_bytes: int = 0
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.quantile < 1.0:
@@ -85,6 +89,8 @@ class Protocol:
             )
         if self.min_sample_s <= 0 or self.max_batch < 1 or self.finalists < 1 or self.budget_s <= 0:
             raise ValueError("min_sample_s, max_batch, finalists, budget_s: expected positive values")
+        if self.pool_bytes < 0:
+            raise ValueError(f"pool_bytes: expected a byte count >= 0, got {self.pool_bytes}")
 
     def key(self) -> dict:
         return asdict(self)

@@ -5,7 +5,7 @@ shape). Its rows vary: the tuner decides per row bucket."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import mlx.core as mx
@@ -94,6 +94,22 @@ class Site:
             "shape": None if self.shape is None else [self.shape.K, self.shape.columns],
         }
 
+    def weight_bytes(self) -> int:
+        arrays = [a for w in self.weights for a in formats.inputs(w)] + [b for b in self.biases if b is not None]
+        return sum(a.nbytes for a in arrays)
+
+    def pool(self, pool_bytes: int) -> list[Site]:
+        """This site and copies of it over fresh copies of its weights and biases (same formats,
+        values and shapes, other buffers), together at least `pool_bytes` of weights."""
+        count = max(1, -(-pool_bytes // max(self.weight_bytes(), 1))) if pool_bytes else 1
+        out = [self]
+        for _ in range(count - 1):
+            ws = tuple(_copy(w) for w in self.weights)
+            bs = tuple(None if b is None else b * 1 for b in self.biases)
+            mx.eval([a for w in ws for a in formats.inputs(w)] + [b for b in bs if b is not None])
+            out.append(replace(self, weights=ws, biases=bs, _w64=[]))
+        return out
+
     # -- what candidates are compared with ---------------------------------------------------
     def stock(self, x: mx.array, residual: mx.array | None) -> list[mx.array]:
         """The stock MLX composition (the native candidate)."""
@@ -116,6 +132,13 @@ class Site:
             r = rng.standard_normal((rows, self.Ns[0])).astype(np.float32)
             residual = mx.array(r).astype(self.residual_dtype)
         return x, residual
+
+
+def _copy(w):
+    """The weight over new buffers (x * 1 keeps every dtype and value)."""
+    if isinstance(w, formats.QuantizedWeight):
+        return w.with_arrays([a * 1 for a in w.arrays()])
+    return w * 1
 
 
 def _f64(a: mx.array) -> np.ndarray:

@@ -177,11 +177,13 @@ def decide(
             f"{site.describe()}, rows <= {bucket}: timing {', '.join(c.name for c in timed)} against native", False
         )
     x, residual = site.draw(bucket, rng)
-    native_run = runners[NATIVE]
-    fns = {c.name: _timed_call(runners[c.name], x, residual) for c in timed}
+    pool = site.pool(protocol.pool_bytes)
+    native_runs = [runners[NATIVE]] + [by_name[NATIVE].runner(p) for p in pool[1:]]
+    fns = {c.name: _timed_call([runners[c.name]] + [c.runner(p) for p in pool[1:]], x, residual) for c in timed}
     outcome = compete(
-        _timed_call(native_run, x, residual), fns, {c.name: margin_of(c.family) for c in timed}, protocol, clock
+        _timed_call(native_runs, x, residual), fns, {c.name: margin_of(c.family) for c in timed}, protocol, clock
     )
+    del pool, native_runs
     q = protocol.quantile
     for name, t in outcome.timings.items():
         if name == CONTROL:
@@ -220,8 +222,13 @@ def decide(
     return decision
 
 
-def _timed_call(run, x, residual):
+def _timed_call(runs: list, x, residual):
+    """One call per invocation, each with the next of the pool's weights."""
+    turn = [0]
+
     def call():
+        run = runs[turn[0] % len(runs)]
+        turn[0] += 1
         mx.eval(run(x, residual))
 
     return call

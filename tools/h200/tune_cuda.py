@@ -73,7 +73,8 @@ def main() -> int:
         stub_the_launch()
     args.out.mkdir(parents=True, exist_ok=True)
     store = Store(args.out / "decisions.sqlite3")
-    protocol = Protocol(budget_s=args.budget, max_rounds=12, confirm_max_rounds=12)
+    # the timed calls rotate through weights 8x the H200's L2, as bench/h200.py's pools
+    protocol = Protocol(budget_s=args.budget, max_rounds=12, confirm_max_rounds=12, pool_bytes=cases.POOL_BYTES)
     decisions, t0 = [], time.perf_counter()
     with open(args.out / "tournaments.txt", "a") as log:
         for name, K, widths, epilogue, residual in sites(args.shapes):
