@@ -25,7 +25,7 @@ import mlx.core as mx  # noqa: E402
 
 from bench import cases  # noqa: E402
 from mlx_metile import settings  # noqa: E402
-from mlx_metile.tune import Protocol, Store, export_decisions, tournament  # noqa: E402
+from mlx_metile.tune import KINDS, Protocol, Store, export_decisions, tournament  # noqa: E402
 
 # bench/h200.py's shapes; "+res": with a residual added (a model's o and down projections, as
 # mlx_metile.patch fuses them into bench/test_bench_generate.py's Llama)
@@ -43,6 +43,22 @@ def weights_of(fmt: str, K: int, widths: tuple[int, ...]) -> list:
         out.append(p[0] if fmt == "bf16" else cases.quantized_weight(fmt, p))
     mx.eval([a for w in out for a in ((w,) if isinstance(w, mx.array) else (w.w, w.scales))])
     return out
+
+
+def compile_candidates(x, ws, epilogue, residual, rows) -> None:
+    """Each candidate of each row bucket called once on zeros (its kernel compiled; no gate, whose
+    float64 references take minutes on a small CPU)."""
+    from mlx_metile.schedule import row_bucket
+    from mlx_metile.tune.candidates import NATIVE, candidates
+    from mlx_metile.tune.site import Site
+
+    site = Site.of(x, ws, None, epilogue, residual)
+    for bucket in sorted({row_bucket(r) for r in rows}):
+        xb = mx.zeros((bucket, x.shape[-1]), x.dtype)
+        rb = None if residual is None else mx.zeros((bucket, residual.shape[-1]), residual.dtype)
+        for c in candidates(site, bucket):
+            if c.family != NATIVE:
+                mx.eval(c.runner(site)(xb, rb))
 
 
 def sites(shapes: list[str]):
@@ -71,6 +87,9 @@ def main() -> int:
         from tools.h200.precompile import stub_the_launch
 
         stub_the_launch()
+    # a decisions file drops the compiler (a machine builds with its own), so nvcc against NVRTC
+    # is not tuned here
+    KINDS.pop("cuda_compiler", None)
     args.out.mkdir(parents=True, exist_ok=True)
     store = Store(args.out / "decisions.sqlite3")
     # the timed calls rotate through weights 8x the H200's L2, as bench/h200.py's pools
@@ -85,6 +104,10 @@ def main() -> int:
                 ws = weights_of(fmt, K, widths)
                 x = mx.zeros((1, K), mx.bfloat16)
                 res = mx.zeros((1, widths[0]), mx.bfloat16) if residual else None
+                if args.precompile:
+                    compile_candidates(x, ws, epilogue, res, args.rows)
+                    print(f"{time.perf_counter() - t0:6.0f} s  {name} {fmt}: compiled", flush=True)
+                    continue
                 found = tournament(x, ws, epilogue, res, rows=list(args.rows), store=store, protocol=protocol, seed=0)
                 for d in found.values():
                     decisions.append(d)
