@@ -258,7 +258,7 @@ def _declare() -> dict[str, Setting]:
             "METAL_SCHEDULE",
             _choice(*METAL_SCHEDULES),
             "simdgroup",
-            "Metal products up to any row count: simdgroup, nax_direct or nax_staged (NAX targets only)",
+            "Metal schedule: simdgroup, or nax_direct / nax_staged (never measured; NAX targets only)",
         ),
         Setting(
             "PATCHED_ARCHIVES",
