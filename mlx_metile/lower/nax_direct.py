@@ -83,8 +83,8 @@ class NaxDirectLowering(Lowering):
         if reason is not None:
             raise LowerError(f"{name}: {s.kind}: {reason}")
         if s.BM <= 0 or s.BM % FRAGMENT_M or s.BM > GEMM_ROWS:
-            raise LowerError(f"{name}: {s.kind}: BM={s.BM} must be a multiple of the fragment's {FRAGMENT_M} rows, "
-                             f"at most {GEMM_ROWS}")  # fmt: skip
+            rule = f"a multiple of the fragment's {FRAGMENT_M} rows, at most {GEMM_ROWS}"
+            raise LowerError(f"{name}: {s.kind}: BM={s.BM} must be {rule}")
         if s.NC <= 0 or s.NC % FRAGMENT_N:
             raise LowerError(f"{name}: {s.kind}: NC={s.NC} must be a multiple of matmul2d's n = {FRAGMENT_N}")
         if s.SG < 1 or s.threads > MAX_THREADS:

@@ -74,7 +74,7 @@ class NaxStagedLowering(NaxDirectLowering):
         s = self.s
         first = Poly.sym("sg") * (s.NC * self.stride) + (FRAGMENT_N * f * self.stride + FRAGMENT_K * run)
         view = f"wv{j}_{f}_{run}"
-        extents = (Const(FRAGMENT_K), Const(FRAGMENT_N))
-        out.append(TensorView(view, "threadgroup", self.act, Var(f"ws{j}") + IntPoly(first.terms), extents,
-                              (Const(1), Const(self.stride))))  # fmt: skip
+        extents, strides = (Const(FRAGMENT_K), Const(FRAGMENT_N)), (Const(1), Const(self.stride))
+        base = Var(f"ws{j}") + IntPoly(first.terms)
+        out.append(TensorView(view, "threadgroup", self.act, base, extents, strides))
         out.append(CoopLoad(f"b{j}_{f}", view))

@@ -97,7 +97,7 @@ def nax_schedule(spec: ProjectionSpec, bucket: int, kind: str, target: Target) -
         SG=sg,
         VK=vk,
         U=u,
-        C=NAX_COLUMN_GROUPS,
+        C=4,  # (unused by the NAX lowerings: the consecutive k of a lane's slot row)
         row_pad=pad,
         smem_block=target.threadgroup_memory,
     )

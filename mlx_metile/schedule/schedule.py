@@ -104,13 +104,9 @@ class Schedule:
 
     def describe(self) -> str:
         if self.nax:
-            how = (
-                "from device memory into the fragments"
-                if self.kind == "nax_direct"
-                else (
-                    f"dequantized into threadgroup memory (rows padded by {self.row_pad} bytes), then into the fragments"
-                )
-            )
+            how = "from device memory into the fragments"
+            if self.kind == "nax_staged":
+                how = f"dequantized into threadgroup memory (rows padded by {self.row_pad} bytes), then into the fragments"
             return (
                 f"schedule {self.kind}: matmul2d (16, 32, 16) per SIMD group, BM={self.BM} rows x "
                 f"{self.NC} columns per SIMD group, {self.SG} SIMD groups; weights {how}; VK={self.VK} k per "
