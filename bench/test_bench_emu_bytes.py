@@ -1,5 +1,5 @@
-"""Device-memory bytes read and written per call by MLX's own quantized and NAX kernels, counted by
-the Metal emulator. NOT A SPEED MEASUREMENT: the emulator runs kernels on CPU fibers, so the times
+"""Device-memory bytes read and written per call by mlx-metile's kernels (the simdgroup MSL, NAX
+direct, NAX staged) and MLX's own quantized and NAX kernels, counted by the Metal emulator. NOT A SPEED MEASUREMENT: the emulator runs kernels on CPU fibers, so the times
 pytest-benchmark records here say nothing about a GPU; the byte counts are the result.
 
 python -m pytest bench/test_bench_emu_bytes.py --benchmark-json bench/results/emu-bytes-<date>.json
@@ -12,18 +12,29 @@ does (mlx_metile.emu.mlx_kernels): affine_qmv (qmv_fast where MLX takes it), aff
 through threadgroup memory with simdgroup matrices), affine_qmm_t_nax (matmul2d, weights
 dequantized into threadgroup memory), and for dense bfloat16 weights the steel NAX GEMM (A and B
 read from device memory straight into fragments). Each kernel runs at every row count, whichever
-MLX itself would pick there. The emulator counts the loads and stores the compiled kernel issues,
+MLX itself would pick there. Beside them, on the same weights, mlx-metile's kernels as the
+emulator's target builds them (mlx_metile.pipeline): `metile_simdgroup` (the default schedule,
+simd_splitk), `metile_nax_direct` and `metile_nax_staged` (MLX_METILE_METAL_SCHEDULE's NAX
+schedules), for the 4-bit weights and (`_bf16`) the dense bfloat16 ones. The emulator counts the loads and stores the compiled kernel issues,
 with no cache: a byte loaded twice counts twice. A 4-bit weight byte counts twice in the NAX
 kernel, once per nibble (docs/NAX.md says why).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from mlx_metile.emu import Kernel
 from mlx_metile.emu import mlx_kernels as H
+from mlx_metile.formats import WeightFormat
+from mlx_metile.pipeline import compile_projection
+from mlx_metile.schedule import Shape, choose
+from mlx_metile.schedule.nax import nax_schedule
+from mlx_metile.spec import ProjectionSpec
+from mlx_metile.targets import EMULATOR
 
 SCALE = 8
 BITS = 4
@@ -36,7 +47,8 @@ PROJECTIONS = {  # name: (K, N)
     "gate_proj": (HIDDEN, MLP),
     "down_proj": (MLP, HIDDEN),
 }
-KERNELS = ["mlx_qmv", "mlx_qmm_t", "mlx_qmm_t_nax", "mlx_gemm_nax_bf16"]
+METILE = ["metile_simdgroup", "metile_nax_direct", "metile_nax_staged"]
+KERNELS = ["mlx_qmv", "mlx_qmm_t", "mlx_qmm_t_nax", *METILE, "mlx_gemm_nax_bf16", *(k + "_bf16" for k in METILE)]
 GEMM_TILE = H.GemmTile(64, 128, 256, 2, 4)  # matmul.cpp's NAX tile for 's', 'c', 'd' devices
 LABEL = "emulator byte counts per call - not a speed measurement"
 
@@ -52,8 +64,34 @@ def include():
 _kernels: dict[tuple, Kernel] = {}
 
 
+def _metile(kind: str, k: int, n: int, rows: int):
+    """mlx-metile's artifact for the shape (f16 activations with the 4-bit weights, bf16 dense)."""
+    dense = kind.endswith("_bf16")
+    fmt = WeightFormat("bf16") if dense else WeightFormat("f16", BITS, GROUP)
+    spec = ProjectionSpec("bf16" if dense else "f16", (fmt,), k_multiple=math.gcd(k, 64))
+    policy = kind.removeprefix("metile_").removesuffix("_bf16")
+    if policy == "simdgroup":
+        schedule = choose(spec, rows, EMULATOR, Shape(k, n))
+    else:
+        schedule = nax_schedule(spec, rows, policy, EMULATOR)
+    return compile_projection(spec, schedule, "msl")
+
+
+def _run_metile(kernel: Kernel, artifact, buffers: dict, rows: int, k: int, n: int):
+    scalars = {"M": rows, "K": k, "N0": n}
+    args = [buffers[p.name] if p.kind == "buffer" else scalars[p.name] for p in artifact.params]
+    return kernel.dispatch_threadgroups(artifact.grid(rows, n), artifact.threads_per_group, args)
+
+
 def _kernel(include, kind: str, k: int, n: int, rows: int) -> tuple[Kernel, bool]:
     """The kernel MLX's host code would build for this shape; and for qmv whether it is qmv_fast."""
+    if kind.startswith("metile_"):
+        artifact = _metile(kind, k, n, rows)
+        key = (kind, artifact.key)
+        make = lambda: Kernel(artifact.source, artifact.entry)  # noqa: E731
+        if key not in _kernels:
+            _kernels[key] = make()
+        return _kernels[key], False
     if kind == "mlx_qmv":
         fast = n % 8 == 0 and k % 512 == 0
         key = (kind, fast)
@@ -98,7 +136,35 @@ def test_emulated_bytes(benchmark, include, kind, projection, rows):
     k, n = PROJECTIONS[projection]
     rng = np.random.default_rng(0)
     kernel, fast = _kernel(include, kind, k, n, rows)
-    if kind == "mlx_gemm_nax_bf16":
+    if kind.startswith("metile_"):
+        artifact = _metile(kind, k, n, rows)
+        dense = kind.endswith("_bf16")
+        order = [p.name for p in artifact.params]
+        if dense:
+            dtype = "bfloat16"
+            bufs = {"w0": H.to_device(rng.standard_normal((n, k)) * 0.05, dtype)}
+        else:
+            dtype = "float16"
+            qw = H.quantize(n, k, BITS, GROUP, dtype, rng)
+            bufs = {"w0": qw.w, "scales0": qw.scales, "biases0": qw.biases}
+        weights = list(bufs)
+        weight_bytes = sum(bufs[w].nbytes for w in weights)
+        x = bufs["x"] = H.to_device(rng.standard_normal((rows, k)), dtype)
+        y = bufs["y0"] = H.to_device(np.zeros((rows, n)), dtype)
+
+        def call():
+            return _run_metile(kernel, artifact, bufs, rows, k, n)
+
+        def weight_read(s):
+            return sum(s.bytes_read[order.index(w)] for w in weights)
+
+        def x_read(s):
+            return s.bytes_read[order.index("x")]
+
+        def written(s):
+            return s.bytes_written[order.index("y0")]
+
+    elif kind == "mlx_gemm_nax_bf16":
         x = H.to_device(rng.standard_normal((rows, k)), "bfloat16")
         w = H.to_device(rng.standard_normal((n, k)) * 0.05, "bfloat16")
         y = H.to_device(np.zeros((rows, n)), "bfloat16")
@@ -147,7 +213,7 @@ def test_emulated_bytes(benchmark, include, kind, projection, rows):
             "K": k,
             "N": n,
             "rows": rows,
-            "bits": BITS if kind != "mlx_gemm_nax_bf16" else 16,
+            "bits": 16 if kind.endswith("_bf16") else BITS,
             "weight_bytes": weight_bytes,
             "weight_bytes_read": weight_read(stats),
             "x_bytes": x.nbytes,

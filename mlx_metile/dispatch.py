@@ -34,7 +34,7 @@ from .pipeline import compile_projection
 from .reference import StockPlan, finish, fused_reference
 from .schedule import Route, Shape, choose, fuses_norm, row_bucket, tuned
 from .spec import ProjectionSpec
-from .targets import CPU, MetalTarget, Target
+from .targets import CPU, EMULATOR, MetalTarget, Target
 from .trace import TraceRecord, record, tracing
 
 INDEX_LIMIT = 2**31 - 2**20  # elements; offsets in the kernels are int32
@@ -85,8 +85,10 @@ def _compiled(
 
 
 def target_of(backend: str) -> Target:
-    """The target a backend's kernels are built for."""
-    return build_target() if backend == "cuda" else CPU
+    """The target a backend's kernels are built for (the emulator's runs the MPP subset: NAX)."""
+    if backend == "cuda":
+        return build_target()
+    return EMULATOR if backend == "emulator" else CPU
 
 
 def tuning_site(call: Call, stream: StreamLike = None) -> tuple[str, Target, ProjectionSpec, Shape] | None:

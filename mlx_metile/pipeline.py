@@ -34,7 +34,8 @@ def lower_projection(spec: ProjectionSpec, schedule: Schedule) -> KernelDef:
     dump("ir", spec.name(), format_program(bound))
     dump("schedule", spec.name(), schedule.describe())
     kernel = lower(bound, schedule, spec)
-    kernel.name = f"{spec.name()}_m{schedule.BM}"
+    kind = f"_{schedule.kind}" if schedule.nax else ""  # the simdgroup kernels' names stay as they were
+    kernel.name = f"{spec.name()}{kind}_m{schedule.BM}"
     return kernel
 
 

@@ -211,6 +211,11 @@ MMA_KNOBS: dict[str, tuple[int, ...]] = {
 }
 
 
+# MLX_METILE_METAL_SCHEDULE: the simdgroup MSL schedules (simd_splitk / tiled, the default) or a
+# NAX one (schedule/nax.py, docs/NAX.md); a NAX schedule on a target without NAX is an error
+METAL_SCHEDULES = ("simdgroup", "nax_direct", "nax_staged")
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -265,6 +270,12 @@ def _declare() -> dict[str, Setting]:
             "the tuner's sqlite store of decisions (default: <cache root>/tune/decisions.sqlite3)",
         ),
         Setting(
+            "METAL_SCHEDULE",
+            _choice(*METAL_SCHEDULES),
+            "simdgroup",
+            "Metal schedule: simdgroup, or nax_direct / nax_staged (never measured; NAX targets only)",
+        ),
+        Setting(
             "PATCHED_ARCHIVES",
             _boolean,
             False,
@@ -309,6 +320,7 @@ class Settings:
     cuda_mma_staged: bool = True
     cuda_decisions: str | None = None  # MLX_METILE_CUDA_DECISIONS: None the package's file, "" off
     tune_store: Path | None = None
+    metal_schedule: str = "simdgroup"  # MLX_METILE_METAL_SCHEDULE (METAL_SCHEDULES)
     patched_archives: bool = False  # MLX_METILE_PATCHED_ARCHIVES (docs/NATIVE.md)
     # MLX_METILE_CUDA_MMA_<KNOB>: the knobs set, (knob, value) pairs (MMA_KNOBS); a tuple, so that
     # a Settings value is hashable and can key the schedule cache

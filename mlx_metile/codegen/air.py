@@ -23,6 +23,7 @@ import struct
 from dataclasses import dataclass, field
 
 from .ast import (
+    NAX_STATEMENTS,
     Assign,
     Barrier,
     Bin,
@@ -235,6 +236,32 @@ class _Function:
         self.block = label
 
 
+def _nax_statement(body: list):
+    """The first MetalPerformancePrimitives statement in `body` (nested ones included), or None."""
+    for s in body:
+        if isinstance(s, NAX_STATEMENTS):
+            return s
+        inner = [getattr(s, name, None) for name in ("body", "orelse", "stmts")]
+        for part in inner:
+            if isinstance(part, list):
+                found = _nax_statement(part)
+                if found is not None:
+                    return found
+    return None
+
+
+def refuse_nax(k: KernelDef) -> None:
+    """NAX kernels have no AIR form here: their matmul2d calls are MetalPerformancePrimitives
+    library code, which Apple's compiler lowers to intrinsics nobody here has seen."""
+    found = _nax_statement(k.body)
+    if found is not None or "nax" in k.helpers:
+        what = type(found).__name__ if found is not None else "the MetalPerformancePrimitives include"
+        raise RenderError(
+            f"air renderer: kernel {k.name!r} uses NAX ({what}): NAX kernels (MetalPerformancePrimitives "
+            "matmul2d) have no AIR form; build them as MSL"
+        )
+
+
 class AIRRenderer:
     """Prints a KernelDef as an AIR module (LLVM 14 assembly with typed pointers)."""
 
@@ -246,6 +273,7 @@ class AIRRenderer:
 
     # ------------------------------------------------------------------ module --
     def render(self, k: KernelDef) -> str:
+        refuse_nax(k)
         self.k = k
         self.decls: dict[str, str] = {}  # intrinsic name -> declare line
         self.helpers: dict[str, str] = {}  # helper function name -> definition

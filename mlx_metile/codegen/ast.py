@@ -4,8 +4,10 @@ Expressions are frozen, hashable trees. Target-specific pieces are named, not wr
 names a neutral operation (`fma`, `min_i32`, `byte_perm`, `lane`, a helper such as `q4_bf16`)
 that each dialect spells through a table; conversions are `Convert`, memory reads `Load`.
 Statements for SIMD-group work are nodes of their own - matrix multiply-accumulate (`Mma`),
-asynchronous copies and their waits, shared / threadgroup storage, barriers - so no lowering
-writes target text, and a renderer of another kind (LLVM IR) can walk the same tree.
+asynchronous copies and their waits, shared / threadgroup storage, barriers, and the neural
+accelerators' MetalPerformancePrimitives operations (`NaxOp`, `CoopTensor`, `TensorView`,
+`CoopLoad`, `NaxRun`, `SlotLoop`, the `Slot` expression) - so no lowering writes target text, and
+a renderer of another kind (LLVM IR) can walk the same tree.
 
 Grouping is explicit: `Paren` is a pair of parentheses in the source (as clang's ParenExpr),
 and the printer never adds one - it refuses a tree whose printed form would parse otherwise
@@ -270,6 +272,15 @@ class IntPoly(Expr):
     terms: tuple
 
 
+@dataclass(frozen=True, eq=True)
+class Slot(Expr):
+    """Slot `index` of the cooperative tensor `tensor` (a thread's element of a fragment; which
+    element it is, the operation that made the tensor lays out: docs/NAX.md)."""
+
+    tensor: str
+    index: Expr
+
+
 NULL = Const(None, "null")
 TRUE = Const(True, "bool")
 FALSE = Const(False, "bool")
@@ -495,6 +506,89 @@ class AsyncWait:
     pending: int
 
 
+# -- MetalPerformancePrimitives (NAX): docs/NAX.md --------------------------------------------
+
+
+@dataclass
+class NaxOp:
+    """`matmul2d<matmul2d_descriptor(m, n, k, transpose_left, transpose_right, relaxed, mode),
+    scope> name`: a matrix multiply on the neural accelerators; `accumulate` is the mode
+    multiply_accumulate (else multiply); `simdgroups` 0 is the scope execution_simdgroup, N > 0
+    execution_simdgroups<N>."""
+
+    name: str
+    m: int
+    n: int
+    k: int
+    transpose_left: bool = False
+    transpose_right: bool = False
+    relaxed: bool = False
+    accumulate: bool = True
+    simdgroups: int = 0
+
+
+COOP_ROLES = ("left", "right", "destination")
+
+
+@dataclass
+class CoopTensor:
+    """`name`: a cooperative tensor of operation `op` for operand `role` (left, right,
+    destination). `left` and `right` are the input operands' element dtypes (a destination names
+    the left and right tensors there instead, as MPP types it by theirs); `dtype` is the
+    destination's element dtype. A left tensor's elements are of `left`, a right one's of `right`."""
+
+    name: str
+    op: str
+    role: str
+    dtype: str
+    left: str
+    right: str
+
+
+@dataclass
+class TensorView:
+    """`name`: a rank-2 tensor (tensor_inline) over `space` memory ("device" | "threadgroup") of
+    `dtype` at `base`, with `extents` and `strides` along dimension 0 (the contiguous one) and 1."""
+
+    name: str
+    space: str
+    dtype: str
+    base: Expr
+    extents: tuple
+    strides: tuple
+
+
+@dataclass
+class CoopLoad:
+    """The slots of cooperative tensor `tensor` from the tensor view `view` (each slot the element
+    the operation's layout puts there; elements outside the view read as zero)."""
+
+    tensor: str
+    view: str
+
+
+@dataclass
+class NaxRun:
+    """`op.run(left, right, destination)`: a collective of the op's scope (every thread calls it)."""
+
+    op: str
+    left: str
+    right: str
+    destination: str
+
+
+@dataclass
+class SlotLoop:
+    """for each slot `var` of cooperative tensor `tensor` (0 .. its capacity): `body`."""
+
+    var: str
+    tensor: str
+    body: list = _field(default_factory=list)
+
+
+NAX_STATEMENTS = (NaxOp, CoopTensor, TensorView, CoopLoad, NaxRun, SlotLoop)
+
+
 Stmt = (
     Decl
     | Decls
@@ -512,6 +606,12 @@ Stmt = (
     | AsyncCopy
     | AsyncCommit
     | AsyncWait
+    | NaxOp
+    | CoopTensor
+    | TensorView
+    | CoopLoad
+    | NaxRun
+    | SlotLoop
 )
 
 

@@ -28,6 +28,8 @@ from .ast import (
     Comment,
     Const,
     Convert,
+    CoopLoad,
+    CoopTensor,
     Decl,
     Decls,
     Expr,
@@ -39,11 +41,16 @@ from .ast import (
     Load,
     Loop,
     Mma,
+    NaxOp,
+    NaxRun,
     Paren,
     PtrCast,
     PtrType,
     Select,
     SharedBytes,
+    Slot,
+    SlotLoop,
+    TensorView,
     Un,
     Var,
     View,
@@ -221,6 +228,8 @@ class CStyleRenderer:
             return self.zeros[e.vtype]
         if isinstance(e, IntPoly):
             return poly_text(e.terms)
+        if isinstance(e, Slot):
+            return self.slot(e.tensor, self.expr(e.index))
         raise RenderError(f"unknown expression {e!r}")
 
     def const(self, e: Const) -> str:
@@ -296,6 +305,16 @@ class CStyleRenderer:
             return self.async_commit()
         if isinstance(s, AsyncWait):
             return self.async_wait(s.pending)
+        if isinstance(s, NaxOp):
+            return self.nax_op(s)
+        if isinstance(s, CoopTensor):
+            return self.coop_tensor(s)
+        if isinstance(s, TensorView):
+            return self.tensor_view(s)
+        if isinstance(s, CoopLoad):
+            return self.coop_load(s)
+        if isinstance(s, NaxRun):
+            return self.nax_run(s)
         if isinstance(s, Line):
             text = " ".join(self.line(x) for x in s.stmts)
             return text + (f"  // {s.comment}" if s.comment else "")
@@ -318,6 +337,10 @@ class CStyleRenderer:
                     out.append(f"{pad}{self.unroll_pragma} {s.unroll}")
                 step = f"++{s.var}" if s.step is None else f"{s.var} += {self.expr(s.step)}"
                 out.append(f"{pad}for (int {s.var} = {self.expr(s.start)}; {self.expr(s.cond)}; {step}) {{")
+                out += self.stmts(s.body, depth + 1)
+                out.append(f"{pad}}}")
+            elif isinstance(s, SlotLoop):
+                out += [pad + line for line in self.slot_loop_head(s)]
                 out += self.stmts(s.body, depth + 1)
                 out.append(f"{pad}}}")
             elif isinstance(s, Block):
@@ -374,6 +397,31 @@ class CStyleRenderer:
 
     def async_wait(self, pending: int) -> str:
         raise RenderError(f"{self.target} has no asynchronous copies")
+
+    # MetalPerformancePrimitives (NAX): only the MSL dialect has them
+    def _no_nax(self) -> RenderError:
+        return RenderError(f"{self.target} has no MetalPerformancePrimitives (NAX) operations")
+
+    def nax_op(self, s: NaxOp) -> str:
+        raise self._no_nax()
+
+    def coop_tensor(self, s: CoopTensor) -> str:
+        raise self._no_nax()
+
+    def tensor_view(self, s: TensorView) -> str:
+        raise self._no_nax()
+
+    def coop_load(self, s: CoopLoad) -> str:
+        raise self._no_nax()
+
+    def nax_run(self, s: NaxRun) -> str:
+        raise self._no_nax()
+
+    def slot(self, tensor: str, index: str) -> str:
+        raise self._no_nax()
+
+    def slot_loop_head(self, s: SlotLoop) -> list[str]:
+        raise self._no_nax()
 
     def vector_helpers(self) -> list[str]:
         """A 16-byte struct per element type and a masked load of it (zeros where masked)."""

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .ast import KernelDef
-from .cstyle import CStyleRenderer
+from .ast import COOP_ROLES, CoopLoad, CoopTensor, KernelDef, NaxOp, NaxRun, SlotLoop, TensorView
+from .cstyle import CStyleRenderer, RenderError
 
 # An explicit xor butterfly rather than metal::simd_sum, whose summation order
 # Metal does not specify: the tiled schedule reproduces this exact tree, so a
@@ -12,6 +12,14 @@ SIMD_SUM = """inline float metile_simd_sum(float v) {
   for (ushort offset = 16; offset > 0; offset >>= 1) v += metal::simd_shuffle_xor(v, offset);
   return v;
 }"""
+
+
+# MetalPerformancePrimitives' tensor ops (macOS 26+): what a kernel using NAX statements includes
+NAX_INCLUDES = """#include <metal_tensor>
+#include <MetalPerformancePrimitives/MetalPerformancePrimitives.h>"""
+LOCAL_HELPERS = {"nax": NAX_INCLUDES}
+TENSOR_SPACES = ("device", "threadgroup")
+EXTENTS = "metal::dextents<int32_t, 2>"
 
 
 class MSLRenderer(CStyleRenderer):
@@ -50,6 +58,51 @@ class MSLRenderer(CStyleRenderer):
 
     def ptr(self, t: str) -> str:
         return f"const device {t}*"
+
+    def helpers(self, names: list[str]) -> list[str]:
+        generic = [n for n in names if n not in LOCAL_HELPERS]
+        return [LOCAL_HELPERS[n] for n in LOCAL_HELPERS if n in names] + super().helpers(generic)
+
+    # -- MetalPerformancePrimitives (NAX) --------------------------------------------------------
+    def nax_op(self, s: NaxOp) -> str:
+        flag = {True: "true", False: "false"}
+        mode = "multiply_accumulate" if s.accumulate else "multiply"
+        desc = (
+            f"mpp::tensor_ops::matmul2d_descriptor({s.m}, {s.n}, {s.k}, {flag[s.transpose_left]}, "
+            f"{flag[s.transpose_right]}, {flag[s.relaxed]}, mpp::tensor_ops::matmul2d_descriptor::mode::{mode})"
+        )
+        scope = f"metal::execution_simdgroups<{s.simdgroups}>" if s.simdgroups else "metal::execution_simdgroup"
+        return f"constexpr auto {s.name}_desc = {desc}; mpp::tensor_ops::matmul2d<{s.name}_desc, {scope}> {s.name};"
+
+    def coop_tensor(self, s: CoopTensor) -> str:
+        if s.role not in COOP_ROLES:
+            raise RenderError(f"cooperative tensor {s.name}: role {s.role!r} is not one of {COOP_ROLES}")
+        t = self.type_name(s.dtype)
+        if s.role == "destination":
+            operands = f"decltype({s.left}), decltype({s.right})"
+            return f"auto {s.name} = {s.op}.template get_destination_cooperative_tensor<{operands}, {t}>();"
+        types = f"{self.type_name(s.left)}, {self.type_name(s.right)}, {t}"
+        return f"auto {s.name} = {s.op}.template get_{s.role}_input_cooperative_tensor<{types}>();"
+
+    def tensor_view(self, s: TensorView) -> str:
+        if s.space not in TENSOR_SPACES:
+            raise RenderError(f"tensor view {s.name}: space {s.space!r} is not one of {TENSOR_SPACES}")
+        t = f"metal::tensor<{s.space} {self.type_name(s.dtype)}, {EXTENTS}, metal::tensor_inline>"
+        e0, e1 = (self.expr(e) for e in s.extents)
+        s0, s1 = (self.expr(e) for e in s.strides)
+        return f"{t} {s.name}({self.expr(s.base)}, {EXTENTS}({e0}, {e1}), metal::array<int32_t, 2>{{{s0}, {s1}}});"
+
+    def coop_load(self, s: CoopLoad) -> str:
+        return f"{s.tensor}.load({s.view});"
+
+    def nax_run(self, s: NaxRun) -> str:
+        return f"{s.op}.run({s.left}, {s.right}, {s.destination});"
+
+    def slot(self, tensor: str, index: str) -> str:
+        return f"{tensor}[{index}]"
+
+    def slot_loop_head(self, s: SlotLoop) -> list[str]:
+        return [self.unroll_pragma, f"for (ushort {s.var} = 0; {s.var} < {s.tensor}.get_capacity(); ++{s.var}) {{"]
 
     def prelude(self) -> list[str]:
         return ["#include <metal_stdlib>", "using namespace metal;", SIMD_SUM]

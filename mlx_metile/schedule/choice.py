@@ -12,6 +12,7 @@ from ..targets import CudaTarget, Target
 from .buckets import MAX_ROWS_PER_PROGRAM, row_bucket
 from .cuda_layouts import DEEP, bucket_layout, column_layout
 from .cuda_mma import MmaRules
+from .nax import nax_schedule, require_nax
 from .schedule import Schedule
 from .simt import simt_schedule
 from .tuned import lookup
@@ -52,10 +53,14 @@ def takes_mma(spec: ProjectionSpec, target: Target, cfg: Settings) -> bool:
 def choose(spec: ProjectionSpec, rows: int, target: Target, shape: Shape, cfg: Settings | None = None) -> Schedule:
     """The schedule of `spec` for calls of `rows` rows (their row bucket) on `target`: the tuned
     table's where a decision names one (schedule.tuned, which also reads the decisions file:
-    schedule.decisions), else the hand rules'."""
+    schedule.decisions), else the hand rules'. On Metal targets the rules give the simdgroup
+    schedules unless MLX_METILE_METAL_SCHEDULE asks for a NAX one (never measured on an Apple GPU,
+    so never the default: docs/SCHEDULES.md)."""
     bucket = row_bucket(rows)
     route = lookup(target, spec, bucket, shape)
     if route is not None and route.schedule is not None:
+        if route.schedule.nax:
+            require_nax(route.schedule.kind, target, spec, f"the tuned decision {route.name!r}")
         return route.schedule
     return _choose(spec, bucket, target, shape, cfg or current())
 
@@ -77,6 +82,8 @@ def _choose(spec: ProjectionSpec, bucket: int, target: Target, shape: Shape, cfg
     if mma and bucket <= MAX_ROWS_PER_PROGRAM:
         layout = cuda_layout(spec, bucket, shape, target, cfg)
         return MmaRules(spec, cfg, target).schedule(bucket, layout)
+    if target.language == "msl" and cfg.metal_schedule != "simdgroup":
+        return nax_schedule(spec, bucket, cfg.metal_schedule, target)
     return simt_schedule(spec, bucket, target.language, cfg)
 
 

@@ -14,6 +14,12 @@ Kinds:
 - `mma` (CUDA sm_80+, 1..32 rows): tensor-core split-K (mma.sync m16n8k16), its weights loaded
   directly by the lanes, through a staged shared-memory ring (`staged`), or with x shared by the
   block's warps (`xshare`). docs/SCHEDULES.md says what each field does and why its defaults.
+- `nax_direct`, `nax_staged` (Metal with neural accelerators, only when asked: docs/NAX.md):
+  MetalPerformancePrimitives' matmul2d (16, 32, 16) per SIMD group, x as the left operand, the
+  weights as the right one - loaded from device memory into the fragments' slots (`nax_direct`)
+  or dequantized into threadgroup memory first (`nax_staged`, rows padded by `row_pad` bytes).
+  SG SIMD groups of NC (a multiple of 32) columns each, BM rows (16, 32; 64 above 32 rows); the
+  four column groups of a fragment's lanes each take VK consecutive k, so a K step is 4 VK.
 
 Row invariance: a row's sum order depends only on what is fixed per spec and layout (VK, the K
 ranges and their alignment, `wide`, `q8split`, `sector`, `interleave`), never on BM or the fields
@@ -27,11 +33,13 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 SIMD_WIDTH = 32
+NAX_KINDS = ("nax_direct", "nax_staged")
+NAX_COLUMN_GROUPS = 4  # lanes of a matmul2d fragment hold 4 column groups of 4 consecutive k each
 
 
 @dataclass(frozen=True)
 class Schedule:
-    kind: str  # "simd_splitk" | "tiled" | "mma"
+    kind: str  # "simd_splitk" | "tiled" | "mma" | "nax_direct" | "nax_staged"
     BM: int  # rows per program instance (registers)
     NC: int  # output columns per SIMD group
     SG: int  # SIMD groups (warps) per threadgroup
@@ -57,9 +65,9 @@ class Schedule:
     interleave: bool = False  # warps take interleaved stages of K (w, w + W, ...) instead of ranges
     swizzle_mask: int = 0  # staged ring: piece p of row r stored at p ^ ((r & mask) * mult)
     swizzle_mult: int = 0
-    row_pad: int = 0  # staged ring: bytes after each row
+    row_pad: int = 0  # staged ring (CUDA), staged weights (NAX): bytes after each row
     late: int = 0  # staged: 1 each chunk's shared loads just before its math; 2 half of x late; 3 x a chunk ahead
-    smem_block: int = 0  # bytes of shared memory a block of the target may take
+    smem_block: int = 0  # bytes of shared (threadgroup) memory a block of the target may take
     smem_sm: int = 0  # bytes of shared memory of one SM of the target
 
     @property
@@ -67,8 +75,14 @@ class Schedule:
         return self.SG * self.NC
 
     @property
+    def nax(self) -> bool:
+        return self.kind in NAX_KINDS
+
+    @property
     def BK(self) -> int:
-        return SIMD_WIDTH * self.VK
+        """k per step of the K loop: VK for each lane of a SIMD group, or for each of the four
+        column groups of a NAX fragment."""
+        return (NAX_COLUMN_GROUPS if self.nax else SIMD_WIDTH) * self.VK
 
     @property
     def threads(self) -> int:
@@ -89,6 +103,15 @@ class Schedule:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def describe(self) -> str:
+        if self.nax:
+            how = "from device memory into the fragments"
+            if self.kind == "nax_staged":
+                how = f"dequantized into threadgroup memory (rows padded by {self.row_pad} bytes), then into the fragments"
+            return (
+                f"schedule {self.kind}: matmul2d (16, 32, 16) per SIMD group, BM={self.BM} rows x "
+                f"{self.NC} columns per SIMD group, {self.SG} SIMD groups; weights {how}; VK={self.VK} k per "
+                f"column group (BK={self.BK}), U={self.U} k at a time, f32 accumulation"
+            )
         if self.kind == "mma" and self.xshare:
             return (
                 f"schedule mma, x shared: {self.BN} columns x {self.BM} rows per block of {self.SG} warps, "

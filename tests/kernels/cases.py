@@ -24,6 +24,9 @@ class Case:
     biases: list
     epilogue: str | None = None
     residual: mx.array | None = None
+    # the kernel rounds each dequantized weight once to x's dtype (NAX's matmul2d operands): one
+    # more rounding of each weight, where it is not exact already (a dense weight of x's dtype)
+    operand_rounding: bool = False
 
     def run_rows(self, start: int, stop: int):
         res = self.residual[start:stop] if self.residual is not None else None
@@ -55,7 +58,11 @@ class Case:
             z = x @ w64.T + (f64(b) if b is not None else 0)
             zs.append(z)
             # f32 accumulation, plus f32 rounding of dequantised weights
-            accs.append((k + 2) * 2.0**-24 * (np.abs(x) @ np.abs(w64).T) + 2.0**-24 * np.abs(z))
+            mag = np.abs(x) @ np.abs(w64).T
+            acc = (k + 2) * 2.0**-24 * mag + 2.0**-24 * np.abs(z)
+            if self.operand_rounding and not (isinstance(w, mx.array) and w.dtype == self.x.dtype):
+                acc = acc + 2.0 ** -SIGNIFICAND[self.x.dtype] * mag  # |w - round(w)| <= 2**-p |w|
+            accs.append(acc)
         out_dtype = self.x.dtype
         if self.epilogue == "swiglu":
             g, u = zs

@@ -22,6 +22,7 @@ CHOICES = {
     "CUDA_COMPILER": ("nvcc", "nvrtc"),
     "CUDA_BINARY": ("cubin", "fatbin"),
     "CUDA_MMA_DENSE": ("0", "1", "staged"),
+    "METAL_SCHEDULE": ("simdgroup", "nax_direct", "nax_staged"),
 }
 EXECUTABLES = ["CLANG", "NVCC"]
 PATHS = ["CACHE", "NVRTC", "CUDA_INCLUDE", "TUNE_STORE", *EXECUTABLES]

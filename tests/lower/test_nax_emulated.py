@@ -1,0 +1,174 @@
+"""The NAX schedules (nax_direct, nax_staged) through the normal compile path - choose under
+MLX_METILE_METAL_SCHEDULE, the lowering, the MSL, the emulator's MPP subset - against the float64
+reference, for a representative subset of formats and fusions; row invariance bit for bit within
+each schedule; direct against staged and against the simdgroup schedule; and the emulator's byte
+counts of the weights, scales and biases per call at 1-32 rows.
+
+Tolerance (tests/kernels/cases.py): f32 accumulation over K, one rounding of the output, and
+(operand_rounding) one rounding of each dequantized weight to x's dtype, matmul2d's operand type:
+2**-p of sum |x||w| with p x's significand bits - exact, so absent, for dense weights of x's dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import mlx_metile as mt
+from mlx_metile import call as calls
+from mlx_metile import dispatch
+from mlx_metile.emu import Kernel
+from mlx_metile.formats import inputs
+from mlx_metile.pipeline import compile_projection
+from mlx_metile.schedule import Shape, choose
+from mlx_metile.targets import EMULATOR
+
+from ..conftest import requires_emulator
+from ..helpers import bits, rand
+from ..kernels.cases import Case, check, microscaled_weight, quantized_weight
+
+pytestmark = requires_emulator
+POLICIES = ["nax_direct", "nax_staged"]
+BF, F16 = mx.bfloat16, mx.float16
+
+
+def cases() -> dict[str, Case]:
+    """K tails of the 4 column groups' K step where the format allows (K = 192 of BK 256 for
+    group 64, 160 of 128 for group 32, an odd K for dense weights); odd N."""
+    xb = rand((70, 192), BF, 1)
+    return {
+        "dense_bf16_oddK_bias": Case(rand((70, 67), BF, 2), [rand((37, 67), BF, 3, 0.2)], [rand((37,), BF, 4)]),
+        "dense_f16_gelu": Case(rand((70, 64), F16, 5), [rand((40, 64), F16, 6, 0.2)], [None], "gelu"),
+        "int4_g64": Case(xb, [quantized_weight(37, 192, BF, 4, 64, 7)], [None]),
+        "int8_g32_f16_bias": Case(
+            rand((70, 160), F16, 8), [quantized_weight(40, 160, F16, 8, 32, 9)], [rand((40,), F16, 10)]
+        ),
+        "int3_g64": Case(xb, [quantized_weight(24, 192, BF, 3, 64, 11)], [None]),  # values straddle words
+        "mxfp4": Case(rand((70, 256), BF, 12), [microscaled_weight(24, 256, BF, "mxfp4", 13)], [None]),
+        "qkv_int8_g64_bias": Case(
+            xb,
+            [
+                quantized_weight(40, 192, BF, 8, 64, 14),
+                quantized_weight(8, 192, BF, 8, 64, 15),
+                quantized_weight(8, 192, BF, 8, 64, 16),
+            ],
+            [rand((40,), BF, 17), rand((8,), BF, 18), None],
+        ),  # fmt: skip
+        "swiglu_int4_g64": Case(
+            xb,
+            [quantized_weight(24, 192, BF, 4, 64, 19), quantized_weight(24, 192, BF, 4, 64, 20)],
+            [None, None],
+            "swiglu",
+        ),  # fmt: skip
+        "down_dense_bf16_residual": Case(
+            rand((70, 64), BF, 21), [rand((24, 64), BF, 22, 0.2)], [None], None, rand((70, 24), BF, 23)
+        ),
+    }
+
+
+CASES = cases()
+for _c in CASES.values():
+    _c.operand_rounding = True
+GEMM = {"int4_g64", "swiglu_int4_g64"}  # also run above 32 rows (BM 64: one and two row blocks)
+
+
+def _nax(env, policy: str) -> None:
+    env.set("MLX_METILE_EMULATE", "1")
+    env.set("MLX_METILE_METAL_SCHEDULE", policy)
+
+
+def _outs(case: Case, start: int, stop: int) -> list[mx.array]:
+    o = case.run_rows(start, stop)
+    return o if isinstance(o, list) else [o]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("policy", POLICIES)
+def test_against_float64_and_rows_invariant(name, policy, env):
+    case = CASES[name]
+    _nax(env, policy)
+    rows = [1, 7, 16, 32] + ([33, 70] if name in GEMM else [])
+    with mt.trace() as t:
+        for r in rows:
+            check(case, r)
+    kernels = {rec.kernel for rec in t}
+    assert all(rec.backend == "emulator" and f"_{policy}_m" in rec.kernel for rec in t), kernels
+    # row invariance: row r alone equals row r among 2..32 rows (and 33 where BM 64 runs)
+    alone = [[bits(o)[0] for o in _outs(case, r, r + 1)] for r in range(32)]
+    for n in (2, 17, 32) + ((33,) if name in GEMM else ()):
+        together = [bits(o) for o in _outs(case, 0, n)]
+        for r in range(min(n, 32)):
+            for i, o in enumerate(together):
+                np.testing.assert_array_equal(o[r], alone[r][i], err_msg=f"{policy}: row {r} of {n}, output {i}")
+
+
+@pytest.mark.parametrize("name", ["int4_g64", "dense_bf16_oddK_bias", "swiglu_int4_g64"])
+def test_direct_and_staged_give_the_same_bits(name, env):
+    """The two policies feed matmul2d the same operands in the same order."""
+    case = CASES[name]
+    got = {}
+    for policy in POLICIES:
+        _nax(env, policy)
+        got[policy] = [bits(o) for o in _outs(case, 0, 32)]
+    for a, b in zip(*got.values()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_nax_and_simdgroup_bits_differ(env):
+    """Row invariance does not cross schedules: matmul2d sums k in another order than the
+    simdgroup schedule's lane butterfly, and rounds each dequantized weight to bf16 first."""
+    case = CASES["int4_g64"]
+    env.set("MLX_METILE_EMULATE", "1")
+    simd = bits(_outs(case, 0, 16)[0])
+    _nax(env, "nax_direct")
+    nax = bits(_outs(case, 0, 16)[0])
+    assert simd.shape == nax.shape and (simd != nax).any()
+
+
+# -- bytes: the weights, scales and biases at most 1.05x their size per call (rows 1-32) ---------
+BYTE_CASES = ["int4_g64", "int8_g32_f16_bias", "mxfp4", "dense_bf16_oddK_bias", "qkv_int8_g64_bias"]
+
+
+def _buffers(case: Case, rows: int) -> tuple[dict[str, np.ndarray], list[str]]:
+    bufs = {"x": bits(case.x[:rows])}
+    weight_names = []
+    for i, (w, b) in enumerate(zip(case.weights, case.biases)):
+        names = [f"w{i}", f"scales{i}", f"biases{i}"][: len(inputs(w))]
+        for n, a in zip(names, inputs(w)):
+            bufs[n] = bits(a)
+            weight_names.append(n)
+        if b is not None:
+            bufs[f"bias{i}"] = bits(b)
+    return bufs, weight_names
+
+
+@pytest.mark.parametrize("name", BYTE_CASES)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_weights_read_once_per_call(name, policy, env):
+    case = CASES[name]
+    env.set("MLX_METILE_METAL_SCHEDULE", policy)
+    c = calls.check("fused_linear", case.x, case.weights, case.biases, case.epilogue, case.residual)
+    spec = dispatch.spec_of(c, EMULATOR, None)
+    assert spec.k_multiple == math.gcd(c.K, 64)
+    ns = list(c.Ns)
+    for rows in (1, 2, 4, 8, 16, 17, 32):
+        artifact = compile_projection(spec, choose(spec, rows, EMULATOR, Shape(c.K, c.columns)), "msl")
+        assert artifact.schedule.kind == policy
+        bufs, weight_names = _buffers(case, rows)
+        out_ns = ns if spec.outputs > 1 else [ns[0]]
+        for j, n in enumerate(out_ns):
+            bufs[f"y{j}"] = np.zeros((rows, n), np.uint16)
+        scalars = {"M": rows, "K": c.K, **{f"N{i}": n for i, n in enumerate(ns)}}
+        order = [p.name for p in artifact.params]
+        args = [bufs[p.name] if p.kind == "buffer" else scalars[p.name] for p in artifact.params]
+        stats = Kernel(artifact.source, artifact.entry).dispatch_threadgroups(
+            artifact.grid(rows, c.columns), artifact.threads_per_group, args
+        )
+        for wname in weight_names:
+            got, size = stats.bytes_read[order.index(wname)], bufs[wname].nbytes
+            assert size <= got <= 1.05 * size, f"{policy} {name} rows={rows}: {wname} read {got} of {size} bytes"
+        for j in range(len(out_ns)):
+            assert stats.bytes_written[order.index(f"y{j}")] == bufs[f"y{j}"].nbytes
