@@ -75,17 +75,24 @@ COMPONENTS = "xyzw"
 
 def check_mma_spec(spec: ProjectionSpec, name: str) -> None:
     """What the tensor-core kernels can compute: bf16 / f16 activations; one weight format for
-    all weights - affine 4 or 8 bits, or dense of the activation dtype with K a multiple of 32."""
-    formats = {(w.bits, w.group_size, w.dtype if not w.quantized else "") for w in spec.weights}
+    all weights - affine 4 or 8 bits, mxfp4, mxfp8 or nvfp4, or dense of the activation dtype
+    with K a multiple of 32."""
+    formats = {(w.mode, w.bits, w.group_size, w.dtype if not w.quantized else "") for w in spec.weights}
     ok = spec.act_dtype in ("bf16", "f16") and len(formats) == 1
     for w in spec.weights:
-        if w.quantized and (not w.affine or w.bits not in (4, 8)):
+        if w.affine and w.bits not in (4, 8):
+            ok = False
+        if w.quantized and not w.affine and w.mode not in MICROSCALED:
             ok = False
         if not w.quantized and (w.dtype != spec.act_dtype or spec.k_divisor % 32):
             ok = False
     if not ok:
         raise LowerError(f"{name}: not supported by the mma schedule")
 
+
+# MLX's microscaling modes -> the helper turning a word's codes into A pairs (e2m1: nibbles q
+# and q+4; e4m3: bytes q and q+2, the affine integers' pairs) and the f32 decoding of a scale byte
+MICROSCALED = {"mxfp4": ("e2m1", "e8m0"), "mxfp8": ("e4m3", "e8m0"), "nvfp4": ("e2m1", "e4m3")}
 
 # What the integer helpers (codegen/cuda.py metile_q*_*) add to each q: the
 # mantissa trick's base (128 for bf16, 1024 for f16); int8 as bf16 has none.
@@ -166,6 +173,11 @@ class MMALowering(Lowering):
         self.quarter = self.ck // 4  # k per lane per chunk
         self.slices = self.quarter // 8  # 16-byte slices of x per lane per chunk
         w = spec.weights[0]
+        # microscaled weights: codes whose values are exact in bf16 / f16, scaled per group in
+        # f32 after the MMA (mx: e8m0 scales), or nvfp4's e4m3 scale folded into the lane's A
+        # pairs (code value * scale is exact in both: at most 6 significant bits, 2**-13..2688)
+        self.micro = w.quantized and not w.affine
+        self.folded = w.mode == "nvfp4"
         self.words = self.quarter * w.bits // 32 if w.quantized else 0  # packed words per lane and column
         # the lane's words are consecutive and aligned to their count: loaded 1, 2 or 4 at a time
         self.word_width = min(self.words, 4)
@@ -180,7 +192,9 @@ class MMALowering(Lowering):
         self.align = SPLIT_ALIGN if w.quantized and spec.k_divisor % (SPLIT_ALIGN * self.ck) == 0 else 1
         # then a batch's 16-bit scales (and biases) of one column come in one 4 or 8-byte load
         # (wide chunks load their two groups' as a 4-byte pair instead)
-        self.scale_vector = self.align == SPLIT_ALIGN and w.dtype != "f32" and self.batch in (2, 4) and not self.wide
+        self.scale_vector = (
+            self.align == SPLIT_ALIGN and w.affine and w.dtype != "f32" and self.batch in (2, 4) and not self.wide
+        )
 
     # -- the weights feeding each accumulator ---------------------------------
     def members(self, j: int) -> list[int]:
@@ -322,6 +336,9 @@ class MMALowering(Lowering):
 
                         name = f"w{j}_{tile}{h}v{v0}_{b}"
                         out.append(LaneLoad(vec, name, *self.select(j, tile, h, packed, live)))
+                    if self.micro:
+                        out.append(self.micro_scale_load(j, tile, h, b, ch, live))
+                        continue
                     # scales and biases as raw bits, converted where they are used; with
                     # scale_vector, chunk 0 of a batch loads the whole batch's
                     if self.scale_vector and b:
@@ -346,12 +363,25 @@ class MMALowering(Lowering):
                         out.append(LaneLoad(typ, f"{letter}{j}_{tile}{h}_{b}", *self.select(j, tile, h, param, live)))
         return out
 
+    def micro_scale_load(self, j: int, tile: int, h: str, b: int, ch: Expr, live: Expr | None) -> LaneLoad:
+        """A microscaled column's uint8 scale of chunk `ch`: its group's (nvfp4: the group of the
+        chunk's two that the lane's quarter lies in, t / 2)."""
+        w = self.spec.weights[0]
+        group = P(ch) * 2 + P(V("t") >> 1) if self.folded else P(ch)
+
+        def scale(i, local):
+            return V(f"scales{i}") + local * P(V("K") / w.group_size) + group
+
+        return LaneLoad("u8", f"s{j}_{tile}{h}_{b}", *self.select(j, tile, h, scale, live))
+
     # -- one chunk's math -------------------------------------------------------
     def chunk_math(self, b: int, nacc: int) -> Block:
         """The MMAs and the affine scaling of chunk b of a batch from its loaded values."""
         spec, rt = self.spec, self.rt
         act = spec.act_dtype
         w = spec.weights[0]
+        if self.micro:
+            return self.micro_math(b, nacc)
         out: list = []
         if not w.quantized:
             for j in range(nacc):
@@ -449,6 +479,64 @@ class MMALowering(Lowering):
                             out.append(Assign(acc, Call("fma", (V(f"sc{h}"), V(f"{c}{grp}").at(r, e), inner))))
         return Block(out)
 
+    def x_registers(self, b: int, bits: int) -> list:
+        """B registers of chunk b, shared by every tile and weight: per word and pair slot."""
+        out: list = []
+        k_per_word, pairs = 32 // bits, 4 if bits == 4 else 2
+        for r in range(self.rt):
+            for i in range(self.words):
+                sl, off = divmod(i * k_per_word, 8)  # which 16-byte x slice, and where in it
+                for p in range(0, pairs, 2):
+                    b0, b1 = self.x_pairs(V(f"xv{r}_{sl}_{b}"), off, bits, p)
+                    out.append(Decls("bits32", [(f"xb{r}_{i}_{p}_0", b0), (f"xb{r}_{i}_{p}_1", b1)], const=True))
+        return out
+
+    def micro_math(self, b: int, nacc: int) -> Block:
+        """Chunk b of microscaled weights: the codes decoded into exact bf16 / f16 A pairs, one
+        MMA per 16 k and row tile; then mx: acc += scale * C per column (its e8m0 scale in f32),
+        nvfp4: acc += C (each A pair already times its group's e4m3 scale)."""
+        spec, rt, act = self.spec, self.rt, self.spec.act_dtype
+        w = spec.weights[0]
+        code, scale = MICROSCALED[w.mode]
+        pairs = 4 if w.bits == 4 else 2
+        out: list = self.x_registers(b, w.bits)
+        for j in range(nacc):
+            for tile in range(self.tiles):
+                c = V(f"c{j}_{tile}")
+                out.append(Decl("f32", c.name, ZERO_INIT, dims=(rt, 4)))
+                for h in "ab":
+                    s = V(f"s{j}_{tile}{h}_{b}")
+                    if self.folded:  # the scale as a bf16x2 / f16x2 pair, exact
+                        pair = Call(f"pair_{act}", (Call(f"{scale}_f32", (s,)),))
+                        out.append(Decl("bits32", f"sp{j}_{tile}{h}", pair, const=True))
+                    else:
+                        out.append(Decl("f32", f"sc{j}_{tile}{h}", Call(f"{scale}_f32", (s,)), const=True))
+                    for i in range(self.words):
+                        v0 = i - i % self.word_width
+                        word = V(f"w{j}_{tile}{h}v{v0}_{b}")
+                        if self.word_width != 1:
+                            word = word.dot(COMPONENTS[i - v0])
+                        for q in range(pairs):
+                            frag: Expr = Call(f"{code}_{act}", (word, Const(q)))
+                            if self.folded:
+                                frag = Call(f"mul_{act}x2", (frag, V(f"sp{j}_{tile}{h}")))
+                            out.append(Decl("bits32", f"a{h}{j}_{tile}_{i}_{q}", frag, const=True))
+                for i in range(self.words):
+                    for p in range(0, pairs, 2):
+                        # A regs: (row g, slots 2t..), (row g+8, slots 2t..), (row g, slots 2t+8..), (row g+8, ...)
+                        a = tuple(V(f"a{h}{j}_{tile}_{i}_{q}") for q in (p, p + 1) for h in "ab")
+                        for r in range(rt):
+                            out.append(Mma(act, c.at(r), a, (V(f"xb{r}_{i}_{p}_0"), V(f"xb{r}_{i}_{p}_1"))))
+                for r in range(rt):
+                    for e in range(4):
+                        acc = V(f"part{j}").at(tile, r, e)
+                        if self.folded:
+                            out.append(Assign(acc, c.at(r, e), op="+="))
+                        else:
+                            sc = V(f"sc{j}_{tile}{'a' if e < 2 else 'b'}")
+                            out.append(Assign(acc, Call("fma", (sc, c.at(r, e), acc))))
+        return Block(out)
+
     def x_pairs(self, v: Var, off: int, bits: int, p: int) -> tuple[Expr, Expr]:
         """B registers for pair slots p, p+1 of a word whose k start at `off`
         inside x slice `v`: the x values at the same k the A pairs hold."""
@@ -524,6 +612,8 @@ class MMALowering(Lowering):
         if nacc != (2 if spec.epilogue == "swiglu" else 1):
             raise LowerError(f"{self.p.name}: unexpected accumulators for the mma schedule")
         self.use_helper("cuda_mma")
+        if self.micro:
+            self.use_helper("cuda_microscaling")
         if self.q8_split:
             self.use_helper("cuda_q8split")
         tx = Call("thread_x")

@@ -44,6 +44,10 @@ XSHARE_STAGES = 2
 XSHARE_WARPS = 4
 XSHARE_ROWS = 32
 GATE_UP_16_BLOCKS = 3
+MMA_AFFINE_BITS = (4, 8)  # affine widths the tensor-core kernels unpack
+# microscaled modes the direct-load kernel takes (lower/mma.py); the staged ring and shared x
+# take affine and dense weights only (stageable)
+MMA_MICROSCALED = ("mxfp4", "mxfp8", "nvfp4")
 # Stage tables by layout (ONE_TILE_WIDE's one-tile kernels are ONE_TILE's)
 STAGE_TABLE_OF = {ONE_TILE: "one_tile", ONE_TILE_WIDE: "one_tile", DEEP: "deep", ONE_WAVE: "one_wave"}
 
@@ -80,12 +84,14 @@ class MmaRules:
             return False
         if len(spec.weights) != 1 and spec.epilogue != "swiglu" and not self.cfg.cuda_mma_fused:
             return False  # several weights concatenated into one accumulator (fused q/k/v)
-        formats = {(w.bits, w.group_size, w.dtype if not w.quantized else "") for w in spec.weights}
+        formats = {(w.mode, w.bits, w.group_size, w.dtype if not w.quantized else "") for w in spec.weights}
         if len(formats) != 1:
             return False
         for w in spec.weights:
-            if w.quantized and (not w.affine or w.bits not in (4, 8)):
-                return False  # (the integer MMAs scale per group by affine scales and biases)
+            if w.affine and w.bits not in MMA_AFFINE_BITS:
+                return False  # (2, 3, 5 and 6 bits: the SIMT kernel)
+            if w.quantized and not w.affine and w.mode not in MMA_MICROSCALED:
+                return False
             if not w.quantized and (w.dtype != spec.act_dtype or spec.k_divisor % 32 or not self.dense_mma()):
                 return False
         return True
@@ -97,7 +103,7 @@ class MmaRules:
         w, spec = self.w, self.spec
         return (
             self.setting("wide") == 1
-            and w.quantized
+            and w.affine
             and w.dtype != "f32"
             and spec.k_divisor % (2 * w.group_size) == 0
             and (w.group_size // 2) * w.bits // 32 <= 16
@@ -119,7 +125,7 @@ class MmaRules:
     @cached_property
     def q8split(self) -> bool:
         w = self.w
-        return self.knob("q8split") != 0 and w.quantized and w.bits == 8 and self.spec.act_dtype == "bf16"
+        return self.knob("q8split") != 0 and w.affine and w.bits == 8 and self.spec.act_dtype == "bf16"
 
     @property
     def interleave(self) -> bool:
@@ -142,8 +148,10 @@ class MmaRules:
     @cached_property
     def stageable(self) -> bool:
         """K a whole number of stages, a column's stage at most 512 bytes with its scales in one
-        copy of at most 16 bytes; not `wide`, not with the staged ring turned off."""
+        copy of at most 16 bytes; not `wide`, not microscaled, not with the staged ring turned off."""
         if not self.cfg.cuda_mma_staged or self.wide:
+            return False
+        if self.w.quantized and not self.w.affine:  # microscaled: the direct loads only
             return False
         if not self.w.quantized and self.dense_mode != "staged":
             return False
