@@ -26,9 +26,14 @@ program's epilogue (bias, SwiGLU, residual, ...) through the generic element ren
 value depends only on its own x row, the fixed K split and the fixed order, so row invariance
 holds for 1..32 rows; batch and tiles change where loads are issued, not the order of any sum.
 
+Microscaled weights (mxfp4, mxfp8, nvfp4; micro_math): the codes decoded into exact bf16/f16 A
+pairs, C scaled per group by the e8m0 scale in f32 (mx), or nvfp4's e4m3 scale folded into the
+A pairs over chunks of two groups of 16 (exact products); no biases, so no sums of x.
+
 Accepted (check_mma_spec): bf16 or f16 activations; a single projection, SwiGLU's gate and up,
-or weights concatenated into one accumulator (fused q/k/v), all of one format: 4-bit, 8-bit, or
-dense weights of the activation dtype with K a multiple of 32. docs/SCHEDULES.md, "mma".
+or weights concatenated into one accumulator (fused q/k/v), all of one format: affine 4-bit or
+8-bit, mxfp4, mxfp8, nvfp4, or dense weights of the activation dtype with K a multiple of 32.
+docs/SCHEDULES.md, "mma" and "mma: microscaled weights".
 """
 
 from __future__ import annotations

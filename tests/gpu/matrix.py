@@ -205,12 +205,12 @@ def affine_widths(m: Matrix, quick: bool) -> None:
 
 
 def microscaling(m: Matrix, quick: bool) -> None:
-    """MLX's mxfp4, mxfp8 and nvfp4 weights (uint8 scales, no biases), which the tensor-core
-    schedules do not take: the SIMT kernel over K = 1024 at 1-100 rows; and the three modes with
-    an affine weight in one fused q/k/v call."""
+    """MLX's mxfp4, mxfp8 and nvfp4 weights (uint8 scales, no biases) over K = 1024 at 1-100 rows:
+    with f16 and bf16 x the tensor-core direct loads up to 32 rows (f32 x: the SIMT kernel); and
+    the three modes with an affine weight in one fused q/k/v call (mixed formats: SIMT)."""
     N, K = 300, 1024
     rows_list = (1, 3, 17, 33, 100) if quick else (1, 2, 3, 5, 8, 16, 32, 33, 64, 100)
-    for dtype in (mx.bfloat16,) if quick else (mx.float32, mx.float16, mx.bfloat16):
+    for dtype in (mx.float16, mx.bfloat16) if quick else (mx.float32, mx.float16, mx.bfloat16):
         for mode in ("mxfp4", "mxfp8", "nvfp4"):
             qw = mt.QuantizedWeight(*mx.quantize(m.arr((N, K), dtype, 0.05), mode=mode), mode=mode)
             wd = formats.reference(qw)
@@ -232,6 +232,36 @@ def microscaling(m: Matrix, quick: bool) -> None:
         for w, y in zip(ws, outs):
             wd = formats.reference(w)
             m.check(f"fused {w.mode} {dtype} rows={rows}", y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype)
+
+
+def microscaled_fusions(m: Matrix, quick: bool) -> None:
+    """mxfp4, mxfp8 and nvfp4 on the tensor cores with epilogues - the SwiGLU gate/up, a bias
+    with GELU - over K = 512 into 200 columns (a partial column tile), f16 and bf16, at 1, 5, 16
+    and 32 rows: against float64, and row by row against rows alone."""
+    K, N = 512, 200
+    for dtype in (mx.bfloat16, mx.float16):
+        for mode in ("mxfp4", "mxfp8", "nvfp4"):
+            x = m.arr((32, K), dtype)
+            wg, wu = (mt.QuantizedWeight(*mx.quantize(m.arr((N, K), dtype, 0.05), mode=mode), mode=mode) for _ in "gu")
+            dg, du = formats.reference(wg), formats.reference(wu)
+            bias = m.arr((N,), dtype)
+            calls: dict[str, Callable] = {
+                "swiglu": lambda xr, wg=wg, wu=wu: mt.fused_linear(xr, [wg, wu], epilogue="swiglu"),
+                "bias_gelu": lambda xr, wg=wg, b=bias: mt.fused_linear(xr, [wg], biases=[b], epilogue="gelu"),
+            }
+            for name, fn in calls.items():
+                alone = [f32(fn(x[r : r + 1])) for r in range(32)]
+                for rows in (1, 5, 16, 32):
+                    xr = f64(x[:rows])
+                    if name == "swiglu":
+                        exact, slack = swiglu_reference(xr, dg, du)
+                    else:
+                        z = xr @ dg.T + f64(bias)
+                        exact = 0.5 * z * (1 + np.vectorize(math.erf)(z / np.sqrt(2)))
+                        slack = 1e-6 * (np.abs(z) + 1)  # erff's error
+                    y = fn(x[:rows])
+                    m.check(f"{name} {mode} {dtype} rows={rows}", y, exact, xr, dg, dtype, slack=slack)
+                    m.invariant(f"{name} {mode} {dtype}", y, alone, rows)
 
 
 def odd_group_count(m: Matrix, quick: bool) -> None:
@@ -500,16 +530,18 @@ SECTIONS: dict[str, Callable[[Matrix, bool], None]] = {
         qkv_3d,
         affine_widths,
         microscaling,
+        microscaled_fusions,
     )
 }
 
 
-# Cases each section checks (quick, full): what tests/gpu asserts it ran; 507 and 1443 in all.
+# Cases each section checks (quick, full): what tests/gpu asserts it ran; 570 and 1491 in all.
 CASES = {
     "linear": (35, 174),
     "quantized_formats": (30, 180),
     "affine_widths": (20, 240),
-    "microscaling": (27, 130),
+    "microscaling": (42, 130),
+    "microscaled_fusions": (48, 48),
     "odd_group_count": (16, 16),
     "wide_outputs": (96, 96),
     "one_tile_dense": (14, 14),
