@@ -150,7 +150,23 @@ __device__ __forceinline__ unsigned metile_mul_f16x2(unsigned a, unsigned b) {
   return *reinterpret_cast<const unsigned*>(&r);
 }"""
 
+# Two 2, 3, 5 or 6-bit values (masked, lower/mma.py low_pair) as an exact bf16x2 / f16x2 pair:
+# OR-ed into the mantissas of 128 (bf16) or 1024 (f16), the base taken back off by one exact
+# subtraction (no offset left for the f32 scaling to cancel).
+LOWBIT_HELPERS = """__device__ __forceinline__ unsigned metile_qpair_bf16(unsigned lo, unsigned hi) {
+  const unsigned v = lo | (hi << 16) | 0x43004300u, o = 0x43004300u;
+  const __nv_bfloat162 r =
+      __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), *reinterpret_cast<const __nv_bfloat162*>(&o));
+  return *reinterpret_cast<const unsigned*>(&r);
+}
+__device__ __forceinline__ unsigned metile_qpair_f16(unsigned lo, unsigned hi) {
+  const unsigned v = lo | (hi << 16) | 0x64006400u, o = 0x64006400u;
+  const __half2 r = __hsub2(*reinterpret_cast<const __half2*>(&v), *reinterpret_cast<const __half2*>(&o));
+  return *reinterpret_cast<const unsigned*>(&r);
+}"""
+
 LOCAL_HELPERS = {
+    "cuda_lowbit": LOWBIT_HELPERS,
     "cuda_mma": MMA_HELPERS,
     "cuda_microscaling": MICROSCALING_HELPERS,
     "cuda_cp_async": CP_ASYNC_HELPERS,
@@ -197,6 +213,9 @@ class CUDARenderer(CStyleRenderer):
         "q8lo_bf16": "metile_q8lo_bf16({0}, {1})",
         "q8hi_bf16": "metile_q8hi_bf16({0}, {1})",
         "norm_bf16": "metile_norm_bf16({0}, {1}, {2})",
+        # LOWBIT_HELPERS
+        "qpair_bf16": "metile_qpair_bf16({0}, {1})",
+        "qpair_f16": "metile_qpair_f16({0}, {1})",
         # MICROSCALING_HELPERS
         "e2m1_bf16": "metile_e2m1_bf16({0}, {1})",
         "e2m1_f16": "metile_e2m1_f16({0}, {1})",

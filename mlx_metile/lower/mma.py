@@ -30,9 +30,13 @@ Microscaled weights (mxfp4, mxfp8, nvfp4; micro_math): the codes decoded into ex
 pairs, C scaled per group by the e8m0 scale in f32 (mx), or nvfp4's e4m3 scale folded into the
 A pairs over chunks of two groups of 16 (exact products); no biases, so no sums of x.
 
+Affine 2, 3, 5 and 6 bits (low_pair), where a lane's quarter of a group is whole words: the
+lane's words one bit stream, values j and j + 4 of each 8 k one exact pair (no offset).
+
 Accepted (check_mma_spec): bf16 or f16 activations; a single projection, SwiGLU's gate and up,
 or weights concatenated into one accumulator (fused q/k/v), all of one format: affine 4-bit or
-8-bit, mxfp4, mxfp8, nvfp4, or dense weights of the activation dtype with K a multiple of 32.
+8-bit (2, 3, 5, 6 where whole words), mxfp4, mxfp8, nvfp4, or dense weights of the activation
+dtype with K a multiple of 32.
 docs/SCHEDULES.md, "mma" and "mma: microscaled weights".
 """
 
@@ -85,8 +89,8 @@ def check_mma_spec(spec: ProjectionSpec, name: str) -> None:
     formats = {(w.mode, w.bits, w.group_size, w.dtype if not w.quantized else "") for w in spec.weights}
     ok = spec.act_dtype in ("bf16", "f16") and len(formats) == 1
     for w in spec.weights:
-        if w.affine and w.bits not in (4, 8):
-            ok = False
+        if w.affine and w.bits not in (4, 8) and (w.group_size // 4 * w.bits) % 32:
+            ok = False  # (2, 3, 5 and 6 bits: where a lane's quarter of a group is whole words)
         if w.quantized and not w.affine and w.mode not in MICROSCALED:
             ok = False
         if not w.quantized and (w.dtype != spec.act_dtype or spec.k_divisor % 32):
@@ -101,6 +105,8 @@ MICROSCALED = {"mxfp4": ("e2m1", "e8m0"), "mxfp8": ("e4m3", "e8m0"), "nvfp4": ("
 
 # What the integer helpers (codegen/cuda.py metile_q*_*) add to each q: the
 # mantissa trick's base (128 for bf16, 1024 for f16); int8 as bf16 has none.
+# 2, 3, 5 and 6-bit values have none: their helpers take the base back off in bf16 / f16, exactly
+# (their larger scales would carry the offset's f32 rounding past the tolerance).
 Q_OFFSET = {(4, "bf16"): 128, (4, "f16"): 1024, (8, "f16"): 1024}
 
 # With q8_split: the low nibble enters as 128 + l, the high one as 2048 + 16 h
@@ -184,8 +190,12 @@ class MMALowering(Lowering):
         self.micro = w.quantized and not w.affine
         self.folded = w.mode == "nvfp4"
         self.words = self.quarter * w.bits // 32 if w.quantized else 0  # packed words per lane and column
+        # affine 2, 3, 5 and 6 bits: the lane's words one bit stream (values may straddle words),
+        # unpacked per block of 8 k as the 4-bit words are (pairs of values j and j + 4)
+        self.lowbit = w.affine and w.bits not in (4, 8)
+        self.units = self.quarter // 8 if self.lowbit else self.words  # A-pair units: words, or blocks of 8 k
         # the lane's words are consecutive and aligned to their count: loaded 1, 2 or 4 at a time
-        self.word_width = min(self.words, 4)
+        self.word_width = max((n for n in (1, 2, 4) if self.words % n == 0), default=0)
         self.word_vector = {1: "bits32", 2: "bits32x2", 4: "bits32x4"}.get(self.word_width)
         self.sector = schedule.sector
         if self.sector:  # a slice's 8 k: 1 word (4-bit) or 2 (8-bit), loaded together
@@ -333,10 +343,12 @@ class MMALowering(Lowering):
                     for v0 in range(0, self.words, self.word_width):
 
                         def packed(i, local, v0=v0):
-                            words_row = P(V("K") / (32 // w.bits))
+                            words_row = P(V("K") / (32 // w.bits)) if 32 % w.bits == 0 else P(V("K") * w.bits / 32)
                             if self.sector:
                                 at = P(ch) * (ck * w.bits // 32) + self.sector_word(v0, w.bits) + V("t") * (w.bits // 4)
                                 return V(f"w{i}") + local * words_row + at
+                            if 32 % w.bits:  # (3, 5, 6 bits: the lane's first bit is a word's)
+                                return V(f"w{i}") + local * words_row + P(kq) * w.bits / 32 + v0
                             return V(f"w{i}") + local * words_row + P(kq) / (32 // w.bits) + v0
 
                         name = f"w{j}_{tile}{h}v{v0}_{b}"
@@ -367,6 +379,21 @@ class MMALowering(Lowering):
 
                         out.append(LaneLoad(typ, f"{letter}{j}_{tile}{h}_{b}", *self.select(j, tile, h, param, live)))
         return out
+
+    def low_value(self, words: str, n: int) -> Expr:
+        """Value n of the lane's bit stream of 2, 3, 5 or 6-bit values (its words `words`0, 1, ...):
+        from one word, or the two it straddles."""
+        bits = self.spec.weights[0].bits
+        wi, sh = divmod(n * bits, 32)
+        mask = Const((1 << bits) - 1, "u32", hex=2)
+        lo = V(f"{words}{wi}")
+        if sh + bits <= 32:
+            return P((P(lo >> sh) if sh else lo) & mask)
+        return P(P(P(lo >> sh) | P(V(f"{words}{wi + 1}") << (32 - sh))) & mask)
+
+    def low_pair(self, words: str, n: int) -> Expr:
+        """The A pair of values n and n + 4, exact bf16x2 / f16x2 (no offset)."""
+        return Call(f"qpair_{self.spec.act_dtype}", (self.low_value(words, n), self.low_value(words, n + 4)))
 
     def micro_scale_load(self, j: int, tile: int, h: str, b: int, ch: Expr, live: Expr | None) -> LaneLoad:
         """A microscaled column's uint8 scale of chunk `ch`: its group's (nvfp4: the group of the
@@ -416,14 +443,15 @@ class MMALowering(Lowering):
                 out.append(Mma(act, cx, ones, (xv.dot("x"), xv.dot("y"))))
                 out.append(Mma(act, cx, ones, (xv.dot("z"), xv.dot("w"))))
         groups = ("A", "B") if self.wide else ("",)
-        # B registers, shared by every tile and weight: per word and pair slot
+        # B registers, shared by every tile and weight: per word (block of 8 k) and pair slot
         k_per_word = 32 // w.bits
-        pairs = 4 if w.bits == 4 else 2
+        pairs = 2 if w.bits == 8 else 4
         for r in range(rt):
-            for i in range(self.words):
-                sl, off = divmod(i * k_per_word, 8)  # which 16-byte x slice, and where in it
+            for i in range(self.units):
+                # which 16-byte x slice, and where in it
+                sl, off = (i, 0) if self.lowbit else divmod(i * k_per_word, 8)
                 for p in range(0, pairs, 2):
-                    b0, b1 = self.x_pairs(V(f"xv{r}_{sl}_{b}"), off, w.bits, p)
+                    b0, b1 = self.x_pairs(V(f"xv{r}_{sl}_{b}"), off, 4 if self.lowbit else w.bits, p)
                     xb = f"xb{r}_{i}_{p}"
                     out.append(Decls("bits32", [(f"{xb}_0", b0), (f"{xb}_1", b1)], const=True))
                     for grp in groups if self.wide else ():  # x on this group's lanes only
@@ -456,11 +484,18 @@ class MMALowering(Lowering):
                         out.append(Decl("bits32", f"w{h}{j}_{tile}_{i}", word, const=True))
                 # per word: int4 -> 8 k (2 MMAs of 4 slots per row); int8 -> 4 k (1 MMA, or 2 split
                 # by nibbles, both against the same x)
-                for i in range(self.words):
+                for i in range(self.units):
                     for p in range(0, pairs, 2):
                         for fn in unpack:
                             # A regs: (row g, slots 2t..), (row g+8, slots 2t..), (row g, slots 2t+8..), (row g+8, ...)
-                            a = tuple(Call(fn, (V(f"w{h}{j}_{tile}_{i}"), Const(q))) for q in (p, p + 1) for h in "ab")
+                            if self.lowbit:
+                                a = tuple(
+                                    self.low_pair(f"w{h}{j}_{tile}_", 8 * i + q) for q in (p, p + 1) for h in "ab"
+                                )
+                            else:
+                                a = tuple(
+                                    Call(fn, (V(f"w{h}{j}_{tile}_{i}"), Const(q))) for q in (p, p + 1) for h in "ab"
+                                )
                             for r in range(rt):
                                 for grp in groups:
                                     xb = f"xb{r}_{i}_{p}{grp}"
@@ -619,6 +654,8 @@ class MMALowering(Lowering):
         self.use_helper("cuda_mma")
         if self.micro:
             self.use_helper("cuda_microscaling")
+        if self.lowbit:
+            self.use_helper("cuda_lowbit")
         if self.q8_split:
             self.use_helper("cuda_q8split")
         tx = Call("thread_x")

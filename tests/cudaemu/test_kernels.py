@@ -42,18 +42,38 @@ def test_cuda_kernels_on_the_cpu_match_float64_and_are_row_invariant(spec, K, N)
         case.invariant(got, spec.name(), bucket=1)
 
 
-WIDTHS = [  # (spec, K, N): affine widths the tensor-core schedules do not take, on the SIMT kernel
-    (ProjectionSpec("bf16", (WeightFormat("bf16", 2, 64),), k_multiple=256), 512, 40),
+WIDTHS = [  # (spec, K, N): affine widths whose lane quarters of a group are not whole words: SIMT
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 2, 32),), k_multiple=256), 512, 40),
     (ProjectionSpec("bf16", (WeightFormat("bf16", 3, 32),), k_multiple=256), 512, 40),  # values straddle words
-    (ProjectionSpec("f16", (WeightFormat("f16", 3, 128),), k_multiple=256), 512, 24),
     (ProjectionSpec("bf16", (WeightFormat("bf16", 5, 64),) * 2, "swiglu", k_multiple=256), 512, 24),
-    (ProjectionSpec("bf16", (WeightFormat("bf16", 6, 64, True, "bf16"),), k_multiple=256), 512, 40),
 ]
+
+LOW_BITS = [  # (spec, K, N): affine 2, 3, 5 and 6 bits on the tensor cores' direct loads
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 2, 64),), k_multiple=256), 512, 40),
+    (ProjectionSpec("f16", (WeightFormat("f16", 3, 128),), k_multiple=256), 512, 24),  # values straddle words
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 5, 128),) * 2, "swiglu", k_multiple=256), 512, 24),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 6, 64, True, "bf16"),), k_multiple=256), 512, 40),
+    (ProjectionSpec("f16", (WeightFormat("f16", 2, 128),), k_multiple=128), 384, 24),  # 3 chunks: uneven K ranges
+]
+
+
+@pytest.mark.parametrize("spec,K,N", LOW_BITS, ids=[c[0].name() for c in LOW_BITS])
+def test_low_bit_tensor_core_kernels_match_float64_and_are_row_invariant(spec, K, N):
+    """2, 3, 5 and 6-bit weights where a lane's quarter of a group is whole words (the direct
+    loads): within tolerance at 1, 5, 16 and 32 rows, rows alike alone (the 1-row kernel)."""
+    assert rules(spec).supported()
+    case = Case(spec, K, N, rows=32)
+    for bucket, rows in ((1, 1), (8, 5), (16, 16), (32, 32)):
+        art = kernel(spec, bucket, ONE_TILE)
+        assert art.schedule.kind == "mma" and not art.schedule.staged, art.schedule.describe()
+        got = case.run(bucket, rows)
+        case.check(got, rows, f"{spec.name()} rows={rows}")
+        case.invariant(got, spec.name(), bucket=1)
 
 
 @pytest.mark.parametrize("spec,K,N", WIDTHS, ids=[c[0].name() for c in WIDTHS])
 def test_cuda_simt_kernels_of_other_formats_match_float64_and_are_row_invariant(spec, K, N):
-    """Affine 2, 3, 5 and 6 bits, which the tensor-core schedules do not take."""
+    """Affine 2, 3 and 5 bits at groups the tensor-core schedules do not take."""
     assert not rules(spec).supported()  # (the SIMT kernel, which every width takes)
     case = Case(spec, K, N, rows=20)
     for bucket, rows in ((1, 1), (8, 3), (32, 20)):

@@ -196,9 +196,10 @@ def quantized_formats(m: Matrix, quick: bool) -> None:
 
 
 def affine_widths(m: Matrix, quick: bool) -> None:
-    """2, 3, 5 and 6-bit weights (3, 5 and 6-bit values straddle words), which the tensor-core
-    schedules do not take: the SIMT kernel, over K = 1024 at 1-100 rows."""
-    quick_combos = ((2, 64), (3, 32), (5, 128), (6, 64))
+    """2, 3, 5 and 6-bit weights (3, 5 and 6-bit values straddle words) over K = 1024 at 1-100
+    rows: the tensor-core direct loads up to 32 rows where a lane's quarter of a group is whole
+    words (2 bits at groups 64 / 128, 3 and 5 at 128, 6 at 64 / 128), else the SIMT kernel."""
+    quick_combos = ((2, 64), (3, 32), (3, 128), (5, 128), (6, 64))
     for dtype in (mx.bfloat16,) if quick else (mx.float16, mx.bfloat16):
         for bits, group in quick_combos if quick else [(b, g) for b in (2, 3, 5, 6) for g in (32, 64, 128)]:
             _one_quantized_weight(m, quick, dtype, bits, group)
@@ -234,15 +235,27 @@ def microscaling(m: Matrix, quick: bool) -> None:
             m.check(f"fused {w.mode} {dtype} rows={rows}", y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype)
 
 
-def microscaled_fusions(m: Matrix, quick: bool) -> None:
-    """mxfp4, mxfp8 and nvfp4 on the tensor cores with epilogues - the SwiGLU gate/up, a bias
-    with GELU - over K = 512 into 200 columns (a partial column tile), f16 and bf16, at 1, 5, 16
-    and 32 rows: against float64, and row by row against rows alone."""
+def format_fusions(m: Matrix, quick: bool) -> None:
+    """mxfp4, mxfp8, nvfp4 and affine 3-bit group 128 and 6-bit group 64 on the tensor cores
+    with epilogues - the SwiGLU gate/up, a bias with GELU - over K = 512 into 200 columns (a
+    partial column tile), f16 and bf16, at 1, 5, 16 and 32 rows: against float64, and row by row
+    against rows alone."""
     K, N = 512, 200
     for dtype in (mx.bfloat16, mx.float16):
-        for mode in ("mxfp4", "mxfp8", "nvfp4"):
+        for mode, bits, group in (
+            ("mxfp4", 4, 32),
+            ("mxfp8", 8, 32),
+            ("nvfp4", 4, 16),
+            ("affine", 3, 128),
+            ("affine", 6, 64),
+        ):
             x = m.arr((32, K), dtype)
-            wg, wu = (mt.QuantizedWeight(*mx.quantize(m.arr((N, K), dtype, 0.05), mode=mode), mode=mode) for _ in "gu")
+
+            def weight(mode=mode, bits=bits, group=group):
+                q = mx.quantize(m.arr((N, K), dtype, 0.05), group_size=group, bits=bits, mode=mode)
+                return mt.QuantizedWeight(*q, group_size=group, bits=bits, mode=mode)
+
+            wg, wu = weight(), weight()
             dg, du = formats.reference(wg), formats.reference(wu)
             bias = m.arr((N,), dtype)
             calls: dict[str, Callable] = {
@@ -530,18 +543,18 @@ SECTIONS: dict[str, Callable[[Matrix, bool], None]] = {
         qkv_3d,
         affine_widths,
         microscaling,
-        microscaled_fusions,
+        format_fusions,
     )
 }
 
 
-# Cases each section checks (quick, full): what tests/gpu asserts it ran; 570 and 1491 in all.
+# Cases each section checks (quick, full): what tests/gpu asserts it ran; 607 and 1523 in all.
 CASES = {
     "linear": (35, 174),
     "quantized_formats": (30, 180),
-    "affine_widths": (20, 240),
+    "affine_widths": (25, 240),
     "microscaling": (42, 130),
-    "microscaled_fusions": (48, 48),
+    "format_fusions": (80, 80),
     "odd_group_count": (16, 16),
     "wide_outputs": (96, 96),
     "one_tile_dense": (14, 14),
