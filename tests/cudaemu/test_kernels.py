@@ -94,6 +94,7 @@ MICROSCALED = [  # (spec, K, N): MLX's microscaling modes on the tensor cores' d
     (ProjectionSpec("f16", (mx_format("mxfp8"),), k_multiple=256), 512, 40),
     (ProjectionSpec("bf16", (mx_format("nvfp4"),) * 2, "swiglu", k_multiple=256), 512, 24),
     (ProjectionSpec("f16", (mx_format("nvfp4"),), k_multiple=32), 96, 40),  # 3 chunks: uneven K ranges
+    (ProjectionSpec("bf16", (mx_format("mxfp8"),) * 3, k_multiple=256), 512, (40, 16, 24)),  # q/k/v
 ]
 
 
@@ -267,10 +268,11 @@ NORM_CASES = [  # (weight, K, N, k_multiple): RMSNorm fused into the tensor-core
     (q8, 512, 40, 256),
     (WeightFormat("bf16"), 512, 48, 256),  # dense, 8 warps
     (q4, 17 * 64, 32, 64),  # odd group count: direct loads
+    (mx_format("nvfp4"), 512, 40, 256),  # microscaled: direct loads
 ]
 
 
-@pytest.mark.parametrize("weight,K,N,k_multiple", NORM_CASES, ids=["q4", "q8", "dense", "q4direct"])
+@pytest.mark.parametrize("weight,K,N,k_multiple", NORM_CASES, ids=["q4", "q8", "dense", "q4direct", "nvfp4"])
 def test_fused_rms_norm_matches_float64_and_keeps_rows_invariant(weight, K, N, k_multiple):
     """spec.norm_eps: y = (bf16(x * g) @ W.T) / sqrt(mean(x^2) + eps), against float64 of that
     formula (x * g rounded to bf16 once, as the kernel's B operand) within one output rounding, f32

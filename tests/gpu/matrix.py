@@ -251,7 +251,7 @@ def format_fusions(m: Matrix, quick: bool) -> None:
         ):
             x = m.arr((32, K), dtype)
 
-            def weight(mode=mode, bits=bits, group=group):
+            def weight(mode=mode, bits=bits, group=group, dtype=dtype):
                 q = mx.quantize(m.arr((N, K), dtype, 0.05), group_size=group, bits=bits, mode=mode)
                 return mt.QuantizedWeight(*q, group_size=group, bits=bits, mode=mode)
 
