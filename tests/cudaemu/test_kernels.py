@@ -12,6 +12,7 @@ import pytest
 
 from mlx_metile.formats import microscaling
 from mlx_metile.lower import LowerError
+from mlx_metile.pipeline import compile_projection
 from mlx_metile.schedule.cuda_layouts import ONE_TILE, TILES
 from mlx_metile.spec import ProjectionSpec, WeightFormat
 
@@ -112,6 +113,18 @@ def test_microscaled_tensor_core_kernels_match_float64_and_are_row_invariant(spe
         got = case.run(bucket, rows)
         case.check(got, rows, f"{spec.name()} rows={rows}")
         case.invariant(got, spec.name(), bucket=1)
+
+
+@pytest.mark.parametrize("weight", [mx_format("mxfp4"), WeightFormat("bf16", 3, 128)], ids=["mxfp4", "q3g128"])
+def test_staged_ring_refuses_microscaled_and_low_bit_weights_by_name(weight):
+    """MmaRules never stages them (the direct loads); a staged Schedule given anyway is refused
+    naming the format, rather than building a ring of 16-bit scales over uint8 ones."""
+    spec = ProjectionSpec("bf16", (weight,), k_multiple=256)
+    assert not rules(spec).stageable
+    staged = rules(ProjectionSpec("bf16", (q4,), k_multiple=256)).schedule(16, TILES)
+    assert staged.staged
+    with pytest.raises(LowerError, match=f"staged ring .* not {weight.short()}"):
+        compile_projection(spec, staged, "cuda")
 
 
 def _pack(codes: np.ndarray, width: int) -> np.ndarray:
