@@ -101,8 +101,74 @@ __device__ __forceinline__ unsigned metile_q8hi_bf16(unsigned w, int q) {
   return metile_and_or(w >> (8 * q + 4), 0x000F000Fu, 0x45004500u);
 }"""
 
+# MLX's microscaling modes in the tensor-core kernel (lower/mma.py): codes as exact bf16x2 / f16x2
+# A pairs (the affine integers' pairs: nibbles q and q+4, bytes q and q+2), scale bytes as f32.
+# e2m1 magnitudes through byte tables (bf16: low and high bytes; f16: high bytes, the low ones
+# are zero), the sign bit moved to bit 15 of each half. e4m3 through f32, exactly: its 7 bits
+# under f32's exponent bias less 7 (subnormals: twice that, less 2**-6), 0x7F / 0xFF NaN.
+# e8m0: 2**(byte - 127) as f32 bits, byte 0 2**-127 (a subnormal), 255 inf - as mx.dequantize.
+MICROSCALING_HELPERS = """__device__ __forceinline__ unsigned metile_e2m1_bf16(unsigned w, int q) {
+  const unsigned v = w >> (4 * q), m = v & 0x00070007u, sel = m | (m >> 8);
+  const unsigned lo = __byte_perm(0xC0800000u, 0xC0804000u, sel);
+  const unsigned hi = __byte_perm(0x3F3F3F00u, 0x40404040u, sel << 4);
+  return lo | hi | ((v & 0x00080008u) << 12);
+}
+__device__ __forceinline__ unsigned metile_e2m1_f16(unsigned w, int q) {
+  const unsigned v = w >> (4 * q), m = v & 0x00070007u;
+  return __byte_perm(0x3E3C3800u, 0x46444240u, (m << 4) | (m >> 4)) | ((v & 0x00080008u) << 12);
+}
+__device__ __forceinline__ float metile_e4m3_f32(unsigned c) {
+  const unsigned mag = c & 0x7Fu;
+  const float normal = __uint_as_float((mag << 20) + 0x3C000000u);
+  const float m = mag < 8u ? fmaf(2.0f, normal, -0.015625f) : normal;
+  const float s = (c & 0x80u) ? -m : m;
+  return mag == 0x7Fu ? __uint_as_float(0x7FC00000u) : s;
+}
+__device__ __forceinline__ float metile_e8m0_f32(unsigned b) { return __uint_as_float(b ? b << 23 : 0x00400000u); }
+__device__ __forceinline__ unsigned metile_pair_bf16(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+__device__ __forceinline__ unsigned metile_pair_f16(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+__device__ __forceinline__ unsigned metile_e4m3_bf16(unsigned w, int q) {
+  return metile_pair_bf16(metile_e4m3_f32(w >> (8 * q)), metile_e4m3_f32(w >> (8 * q + 16)));
+}
+__device__ __forceinline__ unsigned metile_e4m3_f16(unsigned w, int q) {
+  return metile_pair_f16(metile_e4m3_f32(w >> (8 * q)), metile_e4m3_f32(w >> (8 * q + 16)));
+}
+// a pair times a scale pair: exact where the products are representable (nvfp4's are)
+__device__ __forceinline__ unsigned metile_mul_bf16x2(unsigned a, unsigned b) {
+  const __nv_bfloat162 r =
+      __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+  return *reinterpret_cast<const unsigned*>(&r);
+}
+__device__ __forceinline__ unsigned metile_mul_f16x2(unsigned a, unsigned b) {
+  const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+  return *reinterpret_cast<const unsigned*>(&r);
+}"""
+
+# Two 2, 3, 5 or 6-bit values (masked, lower/mma.py low_pair) as an exact bf16x2 / f16x2 pair:
+# OR-ed into the mantissas of 128 (bf16) or 1024 (f16), the base taken back off by one exact
+# subtraction (no offset left for the f32 scaling to cancel).
+LOWBIT_HELPERS = """__device__ __forceinline__ unsigned metile_qpair_bf16(unsigned lo, unsigned hi) {
+  const unsigned v = lo | (hi << 16) | 0x43004300u, o = 0x43004300u;
+  const __nv_bfloat162 r =
+      __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), *reinterpret_cast<const __nv_bfloat162*>(&o));
+  return *reinterpret_cast<const unsigned*>(&r);
+}
+__device__ __forceinline__ unsigned metile_qpair_f16(unsigned lo, unsigned hi) {
+  const unsigned v = lo | (hi << 16) | 0x64006400u, o = 0x64006400u;
+  const __half2 r = __hsub2(*reinterpret_cast<const __half2*>(&v), *reinterpret_cast<const __half2*>(&o));
+  return *reinterpret_cast<const unsigned*>(&r);
+}"""
+
 LOCAL_HELPERS = {
+    "cuda_lowbit": LOWBIT_HELPERS,
     "cuda_mma": MMA_HELPERS,
+    "cuda_microscaling": MICROSCALING_HELPERS,
     "cuda_cp_async": CP_ASYNC_HELPERS,
     "cuda_q8split": Q8_SPLIT_HELPERS,
     "cuda_norm": NORM_HELPERS,
@@ -147,11 +213,26 @@ class CUDARenderer(CStyleRenderer):
         "q8lo_bf16": "metile_q8lo_bf16({0}, {1})",
         "q8hi_bf16": "metile_q8hi_bf16({0}, {1})",
         "norm_bf16": "metile_norm_bf16({0}, {1}, {2})",
+        # LOWBIT_HELPERS
+        "qpair_bf16": "metile_qpair_bf16({0}, {1})",
+        "qpair_f16": "metile_qpair_f16({0}, {1})",
+        # MICROSCALING_HELPERS
+        "e2m1_bf16": "metile_e2m1_bf16({0}, {1})",
+        "e2m1_f16": "metile_e2m1_f16({0}, {1})",
+        "e4m3_bf16": "metile_e4m3_bf16({0}, {1})",
+        "e4m3_f16": "metile_e4m3_f16({0}, {1})",
+        "e4m3_f32": "metile_e4m3_f32({0})",
+        "e8m0_f32": "metile_e8m0_f32({0})",
+        "pair_bf16": "metile_pair_bf16({0}, {0})",
+        "pair_f16": "metile_pair_f16({0}, {0})",
+        "mul_bf16x2": "metile_mul_bf16x2({0}, {1})",
+        "mul_f16x2": "metile_mul_f16x2({0}, {1})",
     }
     zeros = {
         **CStyleRenderer.zeros,
         "bits32x2": "make_uint2(0u, 0u)",
         "bits32x4": "make_uint4(0u, 0u, 0u, 0u)",
+        "u8": "(unsigned char)0",
     }
     simd_barrier = "__syncwarp()"
 

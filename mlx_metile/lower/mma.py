@@ -26,9 +26,18 @@ program's epilogue (bias, SwiGLU, residual, ...) through the generic element ren
 value depends only on its own x row, the fixed K split and the fixed order, so row invariance
 holds for 1..32 rows; batch and tiles change where loads are issued, not the order of any sum.
 
+Microscaled weights (mxfp4, mxfp8, nvfp4; micro_math): the codes decoded into exact bf16/f16 A
+pairs, C scaled per group by the e8m0 scale in f32 (mx), or nvfp4's e4m3 scale folded into the
+A pairs over chunks of two groups of 16 (exact products); no biases, so no sums of x.
+
+Affine 2, 3, 5 and 6 bits (low_pair), where a lane's quarter of a group is whole words: the
+lane's words one bit stream, values j and j + 4 of each 8 k one exact pair (no offset).
+
 Accepted (check_mma_spec): bf16 or f16 activations; a single projection, SwiGLU's gate and up,
-or weights concatenated into one accumulator (fused q/k/v), all of one format: 4-bit, 8-bit, or
-dense weights of the activation dtype with K a multiple of 32. docs/SCHEDULES.md, "mma".
+or weights concatenated into one accumulator (fused q/k/v), all of one format: affine 4-bit or
+8-bit (2, 3, 5, 6 where whole words), mxfp4, mxfp8, nvfp4, or dense weights of the activation
+dtype with K a multiple of 32.
+docs/SCHEDULES.md, "mma" and "mma: microscaled weights".
 """
 
 from __future__ import annotations
@@ -75,11 +84,14 @@ COMPONENTS = "xyzw"
 
 def check_mma_spec(spec: ProjectionSpec, name: str) -> None:
     """What the tensor-core kernels can compute: bf16 / f16 activations; one weight format for
-    all weights - affine 4 or 8 bits, or dense of the activation dtype with K a multiple of 32."""
-    formats = {(w.bits, w.group_size, w.dtype if not w.quantized else "") for w in spec.weights}
+    all weights - affine 4 or 8 bits, mxfp4, mxfp8 or nvfp4, or dense of the activation dtype
+    with K a multiple of 32."""
+    formats = {(w.mode, w.bits, w.group_size, w.dtype if not w.quantized else "") for w in spec.weights}
     ok = spec.act_dtype in ("bf16", "f16") and len(formats) == 1
     for w in spec.weights:
-        if w.quantized and (not w.affine or w.bits not in (4, 8)):
+        if w.affine and w.bits not in (4, 8) and (w.group_size // 4 * w.bits) % 32:
+            ok = False  # (2, 3, 5 and 6 bits: where a lane's quarter of a group is whole words)
+        if w.quantized and not w.affine and w.mode not in MICROSCALED:
             ok = False
         if not w.quantized and (w.dtype != spec.act_dtype or spec.k_divisor % 32):
             ok = False
@@ -87,8 +99,14 @@ def check_mma_spec(spec: ProjectionSpec, name: str) -> None:
         raise LowerError(f"{name}: not supported by the mma schedule")
 
 
+# MLX's microscaling modes -> the helper turning a word's codes into A pairs (e2m1: nibbles q
+# and q+4; e4m3: bytes q and q+2, the affine integers' pairs) and the f32 decoding of a scale byte
+MICROSCALED = {"mxfp4": ("e2m1", "e8m0"), "mxfp8": ("e4m3", "e8m0"), "nvfp4": ("e2m1", "e4m3")}
+
 # What the integer helpers (codegen/cuda.py metile_q*_*) add to each q: the
 # mantissa trick's base (128 for bf16, 1024 for f16); int8 as bf16 has none.
+# 2, 3, 5 and 6-bit values have none: their helpers take the base back off in bf16 / f16, exactly
+# (their larger scales would carry the offset's f32 rounding past the tolerance).
 Q_OFFSET = {(4, "bf16"): 128, (4, "f16"): 1024, (8, "f16"): 1024}
 
 # With q8_split: the low nibble enters as 128 + l, the high one as 2048 + 16 h
@@ -166,9 +184,18 @@ class MMALowering(Lowering):
         self.quarter = self.ck // 4  # k per lane per chunk
         self.slices = self.quarter // 8  # 16-byte slices of x per lane per chunk
         w = spec.weights[0]
+        # microscaled weights: codes whose values are exact in bf16 / f16, scaled per group in
+        # f32 after the MMA (mx: e8m0 scales), or nvfp4's e4m3 scale folded into the lane's A
+        # pairs (code value * scale is exact in both: at most 6 significant bits, 2**-13..2688)
+        self.micro = w.quantized and not w.affine
+        self.folded = w.mode == "nvfp4"
         self.words = self.quarter * w.bits // 32 if w.quantized else 0  # packed words per lane and column
+        # affine 2, 3, 5 and 6 bits: the lane's words one bit stream (values may straddle words),
+        # unpacked per block of 8 k as the 4-bit words are (pairs of values j and j + 4)
+        self.lowbit = w.affine and w.bits not in (4, 8)
+        self.units = self.quarter // 8 if self.lowbit else self.words  # A-pair units: words, or blocks of 8 k
         # the lane's words are consecutive and aligned to their count: loaded 1, 2 or 4 at a time
-        self.word_width = min(self.words, 4)
+        self.word_width = max((n for n in (1, 2, 4) if self.words % n == 0), default=0)
         self.word_vector = {1: "bits32", 2: "bits32x2", 4: "bits32x4"}.get(self.word_width)
         self.sector = schedule.sector
         if self.sector:  # a slice's 8 k: 1 word (4-bit) or 2 (8-bit), loaded together
@@ -180,7 +207,9 @@ class MMALowering(Lowering):
         self.align = SPLIT_ALIGN if w.quantized and spec.k_divisor % (SPLIT_ALIGN * self.ck) == 0 else 1
         # then a batch's 16-bit scales (and biases) of one column come in one 4 or 8-byte load
         # (wide chunks load their two groups' as a 4-byte pair instead)
-        self.scale_vector = self.align == SPLIT_ALIGN and w.dtype != "f32" and self.batch in (2, 4) and not self.wide
+        self.scale_vector = (
+            self.align == SPLIT_ALIGN and w.affine and w.dtype != "f32" and self.batch in (2, 4) and not self.wide
+        )
 
     # -- the weights feeding each accumulator ---------------------------------
     def members(self, j: int) -> list[int]:
@@ -314,14 +343,19 @@ class MMALowering(Lowering):
                     for v0 in range(0, self.words, self.word_width):
 
                         def packed(i, local, v0=v0):
-                            words_row = P(V("K") / (32 // w.bits))
+                            words_row = P(V("K") / (32 // w.bits)) if 32 % w.bits == 0 else P(V("K") * w.bits / 32)
                             if self.sector:
                                 at = P(ch) * (ck * w.bits // 32) + self.sector_word(v0, w.bits) + V("t") * (w.bits // 4)
                                 return V(f"w{i}") + local * words_row + at
+                            if 32 % w.bits:  # (3, 5, 6 bits: the lane's first bit is a word's)
+                                return V(f"w{i}") + local * words_row + P(kq) * w.bits / 32 + v0
                             return V(f"w{i}") + local * words_row + P(kq) / (32 // w.bits) + v0
 
                         name = f"w{j}_{tile}{h}v{v0}_{b}"
                         out.append(LaneLoad(vec, name, *self.select(j, tile, h, packed, live)))
+                    if self.micro:
+                        out.append(self.micro_scale_load(j, tile, h, b, ch, live))
+                        continue
                     # scales and biases as raw bits, converted where they are used; with
                     # scale_vector, chunk 0 of a batch loads the whole batch's
                     if self.scale_vector and b:
@@ -346,12 +380,40 @@ class MMALowering(Lowering):
                         out.append(LaneLoad(typ, f"{letter}{j}_{tile}{h}_{b}", *self.select(j, tile, h, param, live)))
         return out
 
+    def low_value(self, words: str, n: int) -> Expr:
+        """Value n of the lane's bit stream of 2, 3, 5 or 6-bit values (its words `words`0, 1, ...):
+        from one word, or the two it straddles."""
+        bits = self.spec.weights[0].bits
+        wi, sh = divmod(n * bits, 32)
+        mask = Const((1 << bits) - 1, "u32", hex=2)
+        lo = V(f"{words}{wi}")
+        if sh + bits <= 32:
+            return P((P(lo >> sh) if sh else lo) & mask)
+        return P(P(P(lo >> sh) | P(V(f"{words}{wi + 1}") << (32 - sh))) & mask)
+
+    def low_pair(self, words: str, n: int) -> Expr:
+        """The A pair of values n and n + 4, exact bf16x2 / f16x2 (no offset)."""
+        return Call(f"qpair_{self.spec.act_dtype}", (self.low_value(words, n), self.low_value(words, n + 4)))
+
+    def micro_scale_load(self, j: int, tile: int, h: str, b: int, ch: Expr, live: Expr | None) -> LaneLoad:
+        """A microscaled column's uint8 scale of chunk `ch`: its group's (nvfp4: the group of the
+        chunk's two that the lane's quarter lies in, t / 2)."""
+        w = self.spec.weights[0]
+        group = P(ch) * 2 + P(V("t") >> 1) if self.folded else P(ch)
+
+        def scale(i, local):
+            return V(f"scales{i}") + local * P(V("K") / w.group_size) + group
+
+        return LaneLoad("u8", f"s{j}_{tile}{h}_{b}", *self.select(j, tile, h, scale, live))
+
     # -- one chunk's math -------------------------------------------------------
     def chunk_math(self, b: int, nacc: int) -> Block:
         """The MMAs and the affine scaling of chunk b of a batch from its loaded values."""
         spec, rt = self.spec, self.rt
         act = spec.act_dtype
         w = spec.weights[0]
+        if self.micro:
+            return self.micro_math(b, nacc)
         out: list = []
         if not w.quantized:
             for j in range(nacc):
@@ -381,14 +443,15 @@ class MMALowering(Lowering):
                 out.append(Mma(act, cx, ones, (xv.dot("x"), xv.dot("y"))))
                 out.append(Mma(act, cx, ones, (xv.dot("z"), xv.dot("w"))))
         groups = ("A", "B") if self.wide else ("",)
-        # B registers, shared by every tile and weight: per word and pair slot
+        # B registers, shared by every tile and weight: per word (block of 8 k) and pair slot
         k_per_word = 32 // w.bits
-        pairs = 4 if w.bits == 4 else 2
+        pairs = 2 if w.bits == 8 else 4
         for r in range(rt):
-            for i in range(self.words):
-                sl, off = divmod(i * k_per_word, 8)  # which 16-byte x slice, and where in it
+            for i in range(self.units):
+                # which 16-byte x slice, and where in it
+                sl, off = (i, 0) if self.lowbit else divmod(i * k_per_word, 8)
                 for p in range(0, pairs, 2):
-                    b0, b1 = self.x_pairs(V(f"xv{r}_{sl}_{b}"), off, w.bits, p)
+                    b0, b1 = self.x_pairs(V(f"xv{r}_{sl}_{b}"), off, 4 if self.lowbit else w.bits, p)
                     xb = f"xb{r}_{i}_{p}"
                     out.append(Decls("bits32", [(f"{xb}_0", b0), (f"{xb}_1", b1)], const=True))
                     for grp in groups if self.wide else ():  # x on this group's lanes only
@@ -421,11 +484,18 @@ class MMALowering(Lowering):
                         out.append(Decl("bits32", f"w{h}{j}_{tile}_{i}", word, const=True))
                 # per word: int4 -> 8 k (2 MMAs of 4 slots per row); int8 -> 4 k (1 MMA, or 2 split
                 # by nibbles, both against the same x)
-                for i in range(self.words):
+                for i in range(self.units):
                     for p in range(0, pairs, 2):
                         for fn in unpack:
                             # A regs: (row g, slots 2t..), (row g+8, slots 2t..), (row g, slots 2t+8..), (row g+8, ...)
-                            a = tuple(Call(fn, (V(f"w{h}{j}_{tile}_{i}"), Const(q))) for q in (p, p + 1) for h in "ab")
+                            if self.lowbit:
+                                a = tuple(
+                                    self.low_pair(f"w{h}{j}_{tile}_", 8 * i + q) for q in (p, p + 1) for h in "ab"
+                                )
+                            else:
+                                a = tuple(
+                                    Call(fn, (V(f"w{h}{j}_{tile}_{i}"), Const(q))) for q in (p, p + 1) for h in "ab"
+                                )
                             for r in range(rt):
                                 for grp in groups:
                                     xb = f"xb{r}_{i}_{p}{grp}"
@@ -447,6 +517,64 @@ class MMALowering(Lowering):
                             xs = V(f"cx{r}").at((e & 1) + (2 if grp == "B" else 0))
                             inner = Call("fma", (V(f"bi{h}"), xs, acc))
                             out.append(Assign(acc, Call("fma", (V(f"sc{h}"), V(f"{c}{grp}").at(r, e), inner))))
+        return Block(out)
+
+    def x_registers(self, b: int, bits: int) -> list:
+        """B registers of chunk b, shared by every tile and weight: per word and pair slot."""
+        out: list = []
+        k_per_word, pairs = 32 // bits, 4 if bits == 4 else 2
+        for r in range(self.rt):
+            for i in range(self.words):
+                sl, off = divmod(i * k_per_word, 8)  # which 16-byte x slice, and where in it
+                for p in range(0, pairs, 2):
+                    b0, b1 = self.x_pairs(V(f"xv{r}_{sl}_{b}"), off, bits, p)
+                    out.append(Decls("bits32", [(f"xb{r}_{i}_{p}_0", b0), (f"xb{r}_{i}_{p}_1", b1)], const=True))
+        return out
+
+    def micro_math(self, b: int, nacc: int) -> Block:
+        """Chunk b of microscaled weights: the codes decoded into exact bf16 / f16 A pairs, one
+        MMA per 16 k and row tile; then mx: acc += scale * C per column (its e8m0 scale in f32),
+        nvfp4: acc += C (each A pair already times its group's e4m3 scale)."""
+        spec, rt, act = self.spec, self.rt, self.spec.act_dtype
+        w = spec.weights[0]
+        code, scale = MICROSCALED[w.mode]
+        pairs = 4 if w.bits == 4 else 2
+        out: list = self.x_registers(b, w.bits)
+        for j in range(nacc):
+            for tile in range(self.tiles):
+                c = V(f"c{j}_{tile}")
+                out.append(Decl("f32", c.name, ZERO_INIT, dims=(rt, 4)))
+                for h in "ab":
+                    s = V(f"s{j}_{tile}{h}_{b}")
+                    if self.folded:  # the scale as a bf16x2 / f16x2 pair, exact
+                        pair = Call(f"pair_{act}", (Call(f"{scale}_f32", (s,)),))
+                        out.append(Decl("bits32", f"sp{j}_{tile}{h}", pair, const=True))
+                    else:
+                        out.append(Decl("f32", f"sc{j}_{tile}{h}", Call(f"{scale}_f32", (s,)), const=True))
+                    for i in range(self.words):
+                        v0 = i - i % self.word_width
+                        word = V(f"w{j}_{tile}{h}v{v0}_{b}")
+                        if self.word_width != 1:
+                            word = word.dot(COMPONENTS[i - v0])
+                        for q in range(pairs):
+                            frag: Expr = Call(f"{code}_{act}", (word, Const(q)))
+                            if self.folded:
+                                frag = Call(f"mul_{act}x2", (frag, V(f"sp{j}_{tile}{h}")))
+                            out.append(Decl("bits32", f"a{h}{j}_{tile}_{i}_{q}", frag, const=True))
+                for i in range(self.words):
+                    for p in range(0, pairs, 2):
+                        # A regs: (row g, slots 2t..), (row g+8, slots 2t..), (row g, slots 2t+8..), (row g+8, ...)
+                        a = tuple(V(f"a{h}{j}_{tile}_{i}_{q}") for q in (p, p + 1) for h in "ab")
+                        for r in range(rt):
+                            out.append(Mma(act, c.at(r), a, (V(f"xb{r}_{i}_{p}_0"), V(f"xb{r}_{i}_{p}_1"))))
+                for r in range(rt):
+                    for e in range(4):
+                        acc = V(f"part{j}").at(tile, r, e)
+                        if self.folded:
+                            out.append(Assign(acc, c.at(r, e), op="+="))
+                        else:
+                            sc = V(f"sc{j}_{tile}{'a' if e < 2 else 'b'}")
+                            out.append(Assign(acc, Call("fma", (sc, c.at(r, e), acc))))
         return Block(out)
 
     def x_pairs(self, v: Var, off: int, bits: int, p: int) -> tuple[Expr, Expr]:
@@ -524,6 +652,10 @@ class MMALowering(Lowering):
         if nacc != (2 if spec.epilogue == "swiglu" else 1):
             raise LowerError(f"{self.p.name}: unexpected accumulators for the mma schedule")
         self.use_helper("cuda_mma")
+        if self.micro:
+            self.use_helper("cuda_microscaling")
+        if self.lowbit:
+            self.use_helper("cuda_lowbit")
         if self.q8_split:
             self.use_helper("cuda_q8split")
         tx = Call("thread_x")

@@ -70,6 +70,10 @@ class StagedMMALowering(MMALowering):
     def __init__(self, program, schedule: Schedule, spec: ProjectionSpec):
         super().__init__(program, schedule, spec)
         w = spec.weights[0]
+        if self.micro or self.lowbit:  # (MmaRules.stageable says no)
+            raise LowerError(
+                f"{program.name}: the staged ring takes dense weights and affine 4 or 8 bits, not {w.short()}"
+            )
         self.groups = schedule.groups
         self.align = self.batch = self.groups  # whole stages per warp; a stage is one batch
         # a column's 16-bit scales of a stage: one word

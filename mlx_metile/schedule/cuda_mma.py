@@ -44,8 +44,18 @@ XSHARE_STAGES = 2
 XSHARE_WARPS = 4
 XSHARE_ROWS = 32
 GATE_UP_16_BLOCKS = 3
+MMA_AFFINE_BITS = (4, 8)  # affine widths every kernel unpacks (2, 3, 5, 6: the direct loads, lane_words)
+# microscaled modes the direct-load kernel takes (lower/mma.py); the staged ring and shared x
+# take affine and dense weights only (stageable)
+MMA_MICROSCALED = ("mxfp4", "mxfp8", "nvfp4")
 # Stage tables by layout (ONE_TILE_WIDE's one-tile kernels are ONE_TILE's)
 STAGE_TABLE_OF = {ONE_TILE: "one_tile", ONE_TILE_WIDE: "one_tile", DEEP: "deep", ONE_WAVE: "one_wave"}
+
+
+def lane_words(w) -> bool:
+    """Whether a lane's quarter of a group of 2, 3, 5 or 6-bit values is whole 32-bit words (the
+    direct loads unpack those: 2 bits at groups 64 and 128, 3 and 5 at 128, 6 at 64 and 128)."""
+    return (w.group_size // 4 * w.bits) % 32 == 0
 
 
 class MmaRules:
@@ -80,12 +90,14 @@ class MmaRules:
             return False
         if len(spec.weights) != 1 and spec.epilogue != "swiglu" and not self.cfg.cuda_mma_fused:
             return False  # several weights concatenated into one accumulator (fused q/k/v)
-        formats = {(w.bits, w.group_size, w.dtype if not w.quantized else "") for w in spec.weights}
+        formats = {(w.mode, w.bits, w.group_size, w.dtype if not w.quantized else "") for w in spec.weights}
         if len(formats) != 1:
             return False
         for w in spec.weights:
-            if w.quantized and (not w.affine or w.bits not in (4, 8)):
-                return False  # (the integer MMAs scale per group by affine scales and biases)
+            if w.affine and w.bits not in MMA_AFFINE_BITS and not lane_words(w):
+                return False  # (2, 3, 5 and 6 bits where a lane's quarter of a group is not whole words)
+            if w.quantized and not w.affine and w.mode not in MMA_MICROSCALED:
+                return False
             if not w.quantized and (w.dtype != spec.act_dtype or spec.k_divisor % 32 or not self.dense_mma()):
                 return False
         return True
@@ -97,7 +109,8 @@ class MmaRules:
         w, spec = self.w, self.spec
         return (
             self.setting("wide") == 1
-            and w.quantized
+            and w.affine
+            and w.bits in MMA_AFFINE_BITS
             and w.dtype != "f32"
             and spec.k_divisor % (2 * w.group_size) == 0
             and (w.group_size // 2) * w.bits // 32 <= 16
@@ -111,7 +124,7 @@ class MmaRules:
     def sector(self) -> bool:
         """Lane t's k of a chunk at t * 8 + 32 s: chunks of SECTOR_SLICES x slices or more."""
         slices = self.ck // 32
-        if not self.w.quantized or self.wide or slices < 2:
+        if not self.w.quantized or self.wide or slices < 2 or self.w.bits not in MMA_AFFINE_BITS:
             return False
         value = self.knob("xsector")
         return slices >= SECTOR_SLICES if value is None else value == 1
@@ -119,7 +132,7 @@ class MmaRules:
     @cached_property
     def q8split(self) -> bool:
         w = self.w
-        return self.knob("q8split") != 0 and w.quantized and w.bits == 8 and self.spec.act_dtype == "bf16"
+        return self.knob("q8split") != 0 and w.affine and w.bits == 8 and self.spec.act_dtype == "bf16"
 
     @property
     def interleave(self) -> bool:
@@ -142,9 +155,11 @@ class MmaRules:
     @cached_property
     def stageable(self) -> bool:
         """K a whole number of stages, a column's stage at most 512 bytes with its scales in one
-        copy of at most 16 bytes; not `wide`, not with the staged ring turned off."""
+        copy of at most 16 bytes; not `wide`, not microscaled, not with the staged ring turned off."""
         if not self.cfg.cuda_mma_staged or self.wide:
             return False
+        if self.w.quantized and (not self.w.affine or self.w.bits not in MMA_AFFINE_BITS):
+            return False  # microscaled, affine 2, 3, 5 and 6 bits: the direct loads only
         if not self.w.quantized and self.dense_mode != "staged":
             return False
         g = self.groups

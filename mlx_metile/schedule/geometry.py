@@ -6,14 +6,18 @@ from __future__ import annotations
 from ..spec import ProjectionSpec
 
 TILE = 16  # output columns per m16 tile of mma.sync m16n8k16
+FOLDED_K = 32  # k per chunk of nvfp4 weights: two groups of 16, each lane's 8 k in one of them
 
 
 def chunk_k(spec: ProjectionSpec, wide: bool = False) -> int:
-    """k per chunk: the quantization group (one scale per column), two groups when `wide`, or
-    32 for dense weights."""
+    """k per chunk: the quantization group (one scale per column), two groups when `wide`, 32 for
+    dense weights, and 32 for nvfp4 (two groups of 16, whose scales the lanes fold into their
+    A operands: a lane's quarter of the chunk lies in one group)."""
     w = spec.weights[0]
     if not w.quantized:
         return 32
+    if w.mode == "nvfp4":
+        return FOLDED_K
     return 2 * w.group_size if wide else w.group_size
 
 
@@ -26,7 +30,9 @@ def chunk_bytes(spec: ProjectionSpec, wide: bool = False) -> int:
 def scale_bytes_of(spec: ProjectionSpec) -> int:
     """Bytes of one column's scales (and again of its biases) per chunk; dense: none."""
     w = spec.weights[0]
-    return 0 if not w.quantized else 4 if w.dtype == "f32" else 2
+    if not w.quantized:
+        return 0
+    return 1 if not w.affine else 4 if w.dtype == "f32" else 2  # microscaled: one uint8 scale
 
 
 def lane_load_bytes(spec: ProjectionSpec, sector: bool, wide: bool = False) -> int:

@@ -5,7 +5,7 @@ checks the results there against a float64 reference and stock MLX.
 
 Which kernels are compiled (VARIANTS): one of each distinct kernel kind - each lowering
 (simd_splitk, tiled, the tensor-core direct loads, staged ring and shared x), each weight kind
-(dense f32 / f16 / bf16, 4- and 8-bit, f32 scales), each epilogue, a bias, a residual, concatenated
+(dense f32 / f16 / bf16, 2- to 8-bit, f32 scales, mxfp4 / mxfp8 / nvfp4), each epilogue, a bias, a residual, concatenated
 q/k/v, the fused RMSNorm, and each code path a setting or a column layout opens (8-bit split on
 and off, wide chunks, batches of scales, interleaved stages, swizzles, strided copies, late loads,
 two K ranges a warp, 16 warps, 64-row rings, dynamic shared memory). The other row buckets and
@@ -125,14 +125,17 @@ VARIANTS = [
     _v("simt-bf16-dense-swiglu-k32", spec("bf16", [WeightFormat("bf16")] * 2, "swiglu", k=32), 32, simd),
     _v("simt-mixed-formats-swiglu", spec("bf16", [Q4, WeightFormat("bf16", 8, 64)], "swiglu"), 2, simd),
     _v("tiled-bf16-q4g64-residual", spec("bf16", [Q4], None, True), 33, tiled),
-    # affine widths the tensor cores do not take: values straddling words (3, 5, 6 bits)
-    _v("simt-bf16-q2g64", spec("bf16", [WeightFormat("bf16", 2, 64)]), 1, simd),
+    # affine 2, 3, 5, 6 bits (3, 5, 6-bit values straddle words): SIMT where a lane's quarter of a
+    # group is not whole words, and past 32 rows; else the tensor cores' direct loads
+    _v("simt-bf16-q2g32", spec("bf16", [WeightFormat("bf16", 2, 32)]), 1, simd),
     _v("simt-bf16-q3g32-swiglu", spec("bf16", [WeightFormat("bf16", 3, 32)] * 2, "swiglu"), 8, simd),
-    _v("simt-f16-q5g128-bias", spec("f16", [WeightFormat("f16", 5, 128, True, "f16")]), 32, simd),
     _v("tiled-bf16-q6g64", spec("bf16", [WeightFormat("bf16", 6, 64)]), 33, tiled),
-    # MLX's microscaling modes (uint8 scales, e2m1 / e4m3 codes), SIMT only
-    _v("simt-bf16-mxfp4", spec("bf16", [WeightFormat("u8", 4, 32, mode="mxfp4")]), 1, simd),
-    _v("simt-f16-mxfp8-swiglu", spec("f16", [WeightFormat("u8", 8, 32, mode="mxfp8")] * 2, "swiglu"), 8, simd),
+    _v("mma-direct-bf16-q2g64", spec("bf16", [WeightFormat("bf16", 2, 64)]), 1, direct),
+    _v("mma-direct-bf16-q3g128-swiglu", spec("bf16", [WeightFormat("bf16", 3, 128)] * 2, "swiglu"), 16, direct),
+    _v("mma-direct-f16-q5g128-bias", spec("f16", [WeightFormat("f16", 5, 128, True, "f16")]), 32, direct),
+    _v("mma-direct-bf16-q6g64", spec("bf16", [WeightFormat("bf16", 6, 64)]), 8, direct),
+    # MLX's microscaling modes (uint8 scales, e2m1 / e4m3 codes): SIMT for f32 x and past 32 rows
+    _v("simt-f32-mxfp4", spec("f32", [WeightFormat("u8", 4, 32, mode="mxfp4")]), 1, simd),
     _v("tiled-bf16-nvfp4-residual", spec("bf16", [WeightFormat("u8", 4, 16, mode="nvfp4")], None, True), 33, tiled),
     _v("tiled-f16-dense-gelu-approx", spec("f16", [WeightFormat("f16")], "gelu_approx"), 64, tiled),
     # tensor cores, the lanes' direct loads
@@ -148,6 +151,13 @@ VARIANTS = [
     _v("mma-wide-q8g32-residual", spec("f16", [Q8], None, True, k=64), 1, lambda a: a.schedule.wide, MMA_WIDE="1"),
     _v("mma-direct-q8-split", spec("bf16", [WeightFormat("bf16", 8, 64)] * 2, "swiglu"), 16,
        lambda a: direct(a) and a.schedule.q8split, MMA_STAGED="0"),
+    # microscaled weights: the direct loads only (mx: e8m0 scales in f32; nvfp4: e4m3 scales folded)
+    _v("mma-direct-bf16-mxfp4", spec("bf16", [WeightFormat("u8", 4, 32, mode="mxfp4")]), 1, direct),
+    _v("mma-direct-f16-mxfp8-swiglu", spec("f16", [WeightFormat("u8", 8, 32, mode="mxfp8")] * 2, "swiglu"), 8,
+       direct),
+    _v("mma-direct-f16-nvfp4-bias", spec("f16", [WeightFormat("u8", 4, 16, True, "f16", "nvfp4")]), 32, direct),
+    _v("mma-direct-bf16-nvfp4-swiglu", spec("bf16", [WeightFormat("u8", 4, 16, mode="nvfp4")] * 2, "swiglu"), 16,
+       direct),
     # the staged ring
     _v("staged-q4g64-swiglu-bias-strided", spec("bf16", [Q4G64B] * 2, "swiglu"), 16,
        lambda a: staged(a) and a.schedule.strided),

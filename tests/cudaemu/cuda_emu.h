@@ -329,6 +329,9 @@ struct __nv_bfloat162 {
 struct __half {
   uint16_t bits;
 };
+struct __half2 {
+  __half x, y;
+};
 
 inline float __uint_as_float(unsigned u) { return metile_emu::bits_to_float(u); }
 inline float rsqrtf(float x) { return 1.0f / __builtin_sqrtf(x); }  // (the GPU's is within 2 ulp of this)
@@ -347,6 +350,22 @@ inline __half __float2half(float f) {
   return h;
 }
 inline __half __ushort_as_half(unsigned short u) { return {u}; }
+inline __half2 __floats2half2_rn(float lo, float hi) { return {__float2half(lo), __float2half(hi)}; }
+// products and differences of two bf16 / f16 values are exact in float: one rounding, as the GPU's
+inline __nv_bfloat162 __hmul2(__nv_bfloat162 a, __nv_bfloat162 b) {
+  return __floats2bfloat162_rn(__bfloat162float(a.x) * __bfloat162float(b.x),
+                               __bfloat162float(a.y) * __bfloat162float(b.y));
+}
+inline __half2 __hmul2(__half2 a, __half2 b) {
+  return __floats2half2_rn(__half2float(a.x) * __half2float(b.x), __half2float(a.y) * __half2float(b.y));
+}
+inline __nv_bfloat162 __hsub2(__nv_bfloat162 a, __nv_bfloat162 b) {
+  return __floats2bfloat162_rn(__bfloat162float(a.x) - __bfloat162float(b.x),
+                               __bfloat162float(a.y) - __bfloat162float(b.y));
+}
+inline __half2 __hsub2(__half2 a, __half2 b) {
+  return __floats2half2_rn(__half2float(a.x) - __half2float(b.x), __half2float(a.y) - __half2float(b.y));
+}
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
   const uint64_t both = (uint64_t(y) << 32) | x;
   unsigned r = 0;

@@ -10,7 +10,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from mlx_metile.formats import microscaling
 from mlx_metile.lower import LowerError
+from mlx_metile.pipeline import compile_projection
 from mlx_metile.schedule.cuda_layouts import ONE_TILE, TILES
 from mlx_metile.spec import ProjectionSpec, WeightFormat
 
@@ -41,38 +43,147 @@ def test_cuda_kernels_on_the_cpu_match_float64_and_are_row_invariant(spec, K, N)
         case.invariant(got, spec.name(), bucket=1)
 
 
-WIDTHS = [  # (spec, K, N): affine widths the tensor-core schedules do not take, on the SIMT kernel
-    (ProjectionSpec("bf16", (WeightFormat("bf16", 2, 64),), k_multiple=256), 512, 40),
+WIDTHS = [  # (spec, K, N): affine widths whose lane quarters of a group are not whole words: SIMT
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 2, 32),), k_multiple=256), 512, 40),
     (ProjectionSpec("bf16", (WeightFormat("bf16", 3, 32),), k_multiple=256), 512, 40),  # values straddle words
-    (ProjectionSpec("f16", (WeightFormat("f16", 3, 128),), k_multiple=256), 512, 24),
     (ProjectionSpec("bf16", (WeightFormat("bf16", 5, 64),) * 2, "swiglu", k_multiple=256), 512, 24),
+]
+
+LOW_BITS = [  # (spec, K, N): affine 2, 3, 5 and 6 bits on the tensor cores' direct loads
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 2, 64),), k_multiple=256), 512, 40),
+    (ProjectionSpec("f16", (WeightFormat("f16", 3, 128),), k_multiple=256), 512, 24),  # values straddle words
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 5, 128),) * 2, "swiglu", k_multiple=256), 512, 24),
     (ProjectionSpec("bf16", (WeightFormat("bf16", 6, 64, True, "bf16"),), k_multiple=256), 512, 40),
+    (ProjectionSpec("f16", (WeightFormat("f16", 2, 128),), k_multiple=128), 384, 24),  # 3 chunks: uneven K ranges
 ]
 
 
-MICROSCALED = [  # (spec, K, N): MLX's microscaling modes, on the SIMT kernel (the tensor cores take affine only)
-    (ProjectionSpec("bf16", (WeightFormat("u8", 4, 32, mode="mxfp4"),), k_multiple=256), 512, 40),
-    (
-        ProjectionSpec(
-            "f16", (WeightFormat("u8", 8, 32, mode="mxfp8", has_bias=True, bias_dtype="f16"),), k_multiple=256
-        ),
-        512,
-        24,
-    ),
-    (ProjectionSpec("bf16", (WeightFormat("u8", 4, 16, mode="nvfp4"),) * 2, "swiglu", k_multiple=256), 512, 24),
-]
-WIDTHS += MICROSCALED
+@pytest.mark.parametrize("spec,K,N", LOW_BITS, ids=[c[0].name() for c in LOW_BITS])
+def test_low_bit_tensor_core_kernels_match_float64_and_are_row_invariant(spec, K, N):
+    """2, 3, 5 and 6-bit weights where a lane's quarter of a group is whole words (the direct
+    loads): within tolerance at 1, 5, 16 and 32 rows, rows alike alone (the 1-row kernel)."""
+    assert rules(spec).supported()
+    case = Case(spec, K, N, rows=32)
+    for bucket, rows in ((1, 1), (8, 5), (16, 16), (32, 32)):
+        art = kernel(spec, bucket, ONE_TILE)
+        assert art.schedule.kind == "mma" and not art.schedule.staged, art.schedule.describe()
+        got = case.run(bucket, rows)
+        case.check(got, rows, f"{spec.name()} rows={rows}")
+        case.invariant(got, spec.name(), bucket=1)
 
 
 @pytest.mark.parametrize("spec,K,N", WIDTHS, ids=[c[0].name() for c in WIDTHS])
 def test_cuda_simt_kernels_of_other_formats_match_float64_and_are_row_invariant(spec, K, N):
-    """Affine 2, 3, 5 and 6 bits and the microscaling modes, which the tensor-core schedules do not take."""
+    """Affine 2, 3 and 5 bits at groups the tensor-core schedules do not take."""
     assert not rules(spec).supported()  # (the SIMT kernel, which every width takes)
     case = Case(spec, K, N, rows=20)
     for bucket, rows in ((1, 1), (8, 3), (32, 20)):
         got = case.run(bucket, rows)
         case.check(got, rows, f"{spec.name()} rows={rows}")
         case.invariant(got, spec.name(), bucket=1)
+
+
+def mx_format(mode: str, bias: str = "") -> WeightFormat:
+    group, width = {"mxfp4": (32, 4), "mxfp8": (32, 8), "nvfp4": (16, 4)}[mode]
+    return WeightFormat("u8", width, group, bool(bias), bias or "f32", mode)
+
+
+MICROSCALED = [  # (spec, K, N): MLX's microscaling modes on the tensor cores' direct loads
+    (ProjectionSpec("bf16", (mx_format("mxfp4"),), k_multiple=256), 512, 40),
+    (ProjectionSpec("f16", (mx_format("mxfp4", "f16"),), k_multiple=256), 512, 24),  # an output bias
+    (ProjectionSpec("bf16", (mx_format("mxfp8", "bf16"),), k_multiple=256), 512, 24),
+    (ProjectionSpec("f16", (mx_format("mxfp8"),), k_multiple=256), 512, 40),
+    (ProjectionSpec("bf16", (mx_format("nvfp4"),) * 2, "swiglu", k_multiple=256), 512, 24),
+    (ProjectionSpec("f16", (mx_format("nvfp4"),), k_multiple=32), 96, 40),  # 3 chunks: uneven K ranges
+    (ProjectionSpec("bf16", (mx_format("mxfp8"),) * 3, k_multiple=256), 512, (40, 16, 24)),  # q/k/v
+]
+
+
+@pytest.mark.parametrize("spec,K,N", MICROSCALED, ids=[c[0].name() for c in MICROSCALED])
+def test_microscaled_tensor_core_kernels_match_float64_and_are_row_invariant(spec, K, N):
+    """mxfp4, mxfp8 and nvfp4 on the tensor cores (the direct loads: the staged ring holds
+    affine scales): within tolerance of float64 from the exact dequantisation at 1, 5, 16 and 32
+    rows (each row bucket's kernel), and the first, middle and last rows of each the bits of that
+    row computed alone by the 1-row kernel."""
+    assert rules(spec).supported()
+    case = Case(spec, K, N, rows=32)
+    for bucket, rows in ((1, 1), (8, 5), (16, 16), (32, 32)):
+        art = kernel(spec, bucket, ONE_TILE)
+        assert art.schedule.kind == "mma" and not art.schedule.staged, art.schedule.describe()
+        got = case.run(bucket, rows)
+        case.check(got, rows, f"{spec.name()} rows={rows}")
+        case.invariant(got, spec.name(), bucket=1)
+
+
+@pytest.mark.parametrize("weight", [mx_format("mxfp4"), WeightFormat("bf16", 3, 128)], ids=["mxfp4", "q3g128"])
+def test_staged_ring_refuses_microscaled_and_low_bit_weights_by_name(weight):
+    """MmaRules never stages them (the direct loads); a staged Schedule given anyway is refused
+    naming the format, rather than building a ring of 16-bit scales over uint8 ones."""
+    spec = ProjectionSpec("bf16", (weight,), k_multiple=256)
+    assert not rules(spec).stageable
+    staged = rules(ProjectionSpec("bf16", (q4,), k_multiple=256)).schedule(16, TILES)
+    assert staged.staged
+    with pytest.raises(LowerError, match=f"staged ring .* not {weight.short()}"):
+        compile_projection(spec, staged, "cuda")
+
+
+def _pack(codes: np.ndarray, width: int) -> np.ndarray:
+    """[N, K] codes of `width` bits as MLX packs them: uint32 words, least-significant first."""
+    per_word = 32 // width
+    c = codes.astype(np.uint32).reshape(codes.shape[0], -1, per_word) << (width * np.arange(per_word, dtype=np.uint32))
+    return np.bitwise_or.reduce(c, axis=2).astype(np.uint32)
+
+
+@pytest.mark.parametrize("mode,act", [("mxfp8", "bf16"), ("mxfp8", "f16"), ("nvfp4", "f16"), ("mxfp4", "bf16")])
+def test_microscaled_kernels_decode_every_code_and_scale_exactly(mode, act):
+    """Every e2m1 / e4m3 code (but NaN) under random scales (e8m0 2**-7..2**7; e4m3 of both signs),
+    read out one at a time: row r of x is one-hot at k_r = 16 r + r % 16 (a new group each row),
+    so y[r, n] is one dequantised element, exact in the output dtype - equal to float64 of
+    microscaling.dequantize_exact. Then a NaN code (e4m3 0x7F), a NaN scale (nvfp4) or an inf
+    scale over a group of zeros (mxfp4) makes its column NaN and leaves the others alone."""
+    spec = ProjectionSpec(act, (mx_format(mode),), k_multiple=256)
+    f = spec.weights[0]
+    K, N, rows = 512, 8, 32
+    rng = np.random.default_rng(3)
+    codes = rng.integers(0, 2**f.bits, (N, K))
+    ks = 16 * np.arange(rows) + np.arange(rows) % 16
+    codes[:, ks] = (32 * np.arange(N)[:, None] + np.arange(rows)[None, :]) % 2**f.bits  # each code at some (r, n)
+    if f.bits == 8:
+        codes[(codes & 0x7F) == 0x7F] = 0x00  # NaN codes: on their own below
+    if mode == "nvfp4":
+        scales = rng.integers(0, 256, (N, K // f.group_size)).astype(np.uint8)
+        scales[(scales & 0x7F) == 0x7F] = 0x38  # (1.0)
+    else:
+        scales = rng.integers(120, 135, (N, K // f.group_size)).astype(np.uint8)
+    case = Case(spec, K, N, rows=rows)
+    x = np.zeros((rows, K), np.float32)
+    x[np.arange(rows), ks] = 1.0
+    case.replace(x=bits(mx.array(x).astype(mx.bfloat16 if act == "bf16" else mx.float16)))
+
+    def run(codes: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        words = _pack(codes, f.bits)
+        case.replace(w0=words, scales0=scales)
+        w64 = microscaling.dequantize_exact(mx.array(words), mx.array(scales), f.group_size, f.bits, mode)
+        return values(case.run(8, rows)[0], act), w64
+
+    y, w64 = run(codes, scales)
+    exact = w64[:, ks].T  # y[r, n] = w[n, k_r]
+    bad = np.argwhere(y != exact)
+    assert not len(bad), (
+        f"{len(bad)} elements differ, first (r, n) = {bad[0]}: {y[tuple(bad[0])]} != {exact[tuple(bad[0])]}"
+    )
+    nan_codes, nan_scales = codes.copy(), scales.copy()
+    if f.bits == 8:
+        nan_codes[3, 5] = 0x7F
+    elif mode == "nvfp4":
+        nan_scales[3, 2] = 0x7F
+    else:  # e8m0 255 is inf; times a group of zero codes NaN
+        nan_scales[3, 2] = 255
+        nan_codes[3, 2 * f.group_size : 3 * f.group_size] = 0
+    y_nan, w_nan = run(nan_codes, nan_scales)
+    assert np.isnan(w_nan[3]).any() and np.isnan(y_nan[:, 3]).all(), y_nan[:, 3]
+    rest = [c for c in range(N) if c != 3]
+    assert np.array_equal(y_nan[:, rest], y[:, rest])
 
 
 VARIANTS = [  # (spec, K, N, settings): epilogues, bias and residual, scales dtypes, the non-default paths
@@ -170,10 +281,11 @@ NORM_CASES = [  # (weight, K, N, k_multiple): RMSNorm fused into the tensor-core
     (q8, 512, 40, 256),
     (WeightFormat("bf16"), 512, 48, 256),  # dense, 8 warps
     (q4, 17 * 64, 32, 64),  # odd group count: direct loads
+    (mx_format("nvfp4"), 512, 40, 256),  # microscaled: direct loads
 ]
 
 
-@pytest.mark.parametrize("weight,K,N,k_multiple", NORM_CASES, ids=["q4", "q8", "dense", "q4direct"])
+@pytest.mark.parametrize("weight,K,N,k_multiple", NORM_CASES, ids=["q4", "q8", "dense", "q4direct", "nvfp4"])
 def test_fused_rms_norm_matches_float64_and_keeps_rows_invariant(weight, K, N, k_multiple):
     """spec.norm_eps: y = (bf16(x * g) @ W.T) / sqrt(mean(x^2) + eps), against float64 of that
     formula (x * g rounded to bf16 once, as the kernel's B operand) within one output rounding, f32

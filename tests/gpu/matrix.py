@@ -196,21 +196,22 @@ def quantized_formats(m: Matrix, quick: bool) -> None:
 
 
 def affine_widths(m: Matrix, quick: bool) -> None:
-    """2, 3, 5 and 6-bit weights (3, 5 and 6-bit values straddle words), which the tensor-core
-    schedules do not take: the SIMT kernel, over K = 1024 at 1-100 rows."""
-    quick_combos = ((2, 64), (3, 32), (5, 128), (6, 64))
+    """2, 3, 5 and 6-bit weights (3, 5 and 6-bit values straddle words) over K = 1024 at 1-100
+    rows: the tensor-core direct loads up to 32 rows where a lane's quarter of a group is whole
+    words (2 bits at groups 64 / 128, 3 and 5 at 128, 6 at 64 / 128), else the SIMT kernel."""
+    quick_combos = ((2, 64), (3, 32), (3, 128), (5, 128), (6, 64))
     for dtype in (mx.bfloat16,) if quick else (mx.float16, mx.bfloat16):
         for bits, group in quick_combos if quick else [(b, g) for b in (2, 3, 5, 6) for g in (32, 64, 128)]:
             _one_quantized_weight(m, quick, dtype, bits, group)
 
 
 def microscaling(m: Matrix, quick: bool) -> None:
-    """MLX's mxfp4, mxfp8 and nvfp4 weights (uint8 scales, no biases), which the tensor-core
-    schedules do not take: the SIMT kernel over K = 1024 at 1-100 rows; and the three modes with
-    an affine weight in one fused q/k/v call."""
+    """MLX's mxfp4, mxfp8 and nvfp4 weights (uint8 scales, no biases) over K = 1024 at 1-100 rows:
+    with f16 and bf16 x the tensor-core direct loads up to 32 rows (f32 x: the SIMT kernel); and
+    the three modes with an affine weight in one fused q/k/v call (mixed formats: SIMT)."""
     N, K = 300, 1024
     rows_list = (1, 3, 17, 33, 100) if quick else (1, 2, 3, 5, 8, 16, 32, 33, 64, 100)
-    for dtype in (mx.bfloat16,) if quick else (mx.float32, mx.float16, mx.bfloat16):
+    for dtype in (mx.float16, mx.bfloat16) if quick else (mx.float32, mx.float16, mx.bfloat16):
         for mode in ("mxfp4", "mxfp8", "nvfp4"):
             qw = mt.QuantizedWeight(*mx.quantize(m.arr((N, K), dtype, 0.05), mode=mode), mode=mode)
             wd = formats.reference(qw)
@@ -232,6 +233,48 @@ def microscaling(m: Matrix, quick: bool) -> None:
         for w, y in zip(ws, outs):
             wd = formats.reference(w)
             m.check(f"fused {w.mode} {dtype} rows={rows}", y, f64(x[:rows]) @ wd.T, f64(x[:rows]), wd, dtype)
+
+
+def format_fusions(m: Matrix, quick: bool) -> None:
+    """mxfp4, mxfp8, nvfp4 and affine 3-bit group 128 and 6-bit group 64 on the tensor cores
+    with epilogues - the SwiGLU gate/up, a bias with GELU - over K = 512 into 200 columns (a
+    partial column tile), f16 and bf16, at 1, 5, 16 and 32 rows: against float64, and row by row
+    against rows alone."""
+    K, N = 512, 200
+    for dtype in (mx.bfloat16, mx.float16):
+        for mode, bits, group in (
+            ("mxfp4", 4, 32),
+            ("mxfp8", 8, 32),
+            ("nvfp4", 4, 16),
+            ("affine", 3, 128),
+            ("affine", 6, 64),
+        ):
+            x = m.arr((32, K), dtype)
+
+            def weight(mode=mode, bits=bits, group=group, dtype=dtype):
+                q = mx.quantize(m.arr((N, K), dtype, 0.05), group_size=group, bits=bits, mode=mode)
+                return mt.QuantizedWeight(*q, group_size=group, bits=bits, mode=mode)
+
+            wg, wu = weight(), weight()
+            dg, du = formats.reference(wg), formats.reference(wu)
+            bias = m.arr((N,), dtype)
+            calls: dict[str, Callable] = {
+                "swiglu": lambda xr, wg=wg, wu=wu: mt.fused_linear(xr, [wg, wu], epilogue="swiglu"),
+                "bias_gelu": lambda xr, wg=wg, b=bias: mt.fused_linear(xr, [wg], biases=[b], epilogue="gelu"),
+            }
+            for name, fn in calls.items():
+                alone = [f32(fn(x[r : r + 1])) for r in range(32)]
+                for rows in (1, 5, 16, 32):
+                    xr = f64(x[:rows])
+                    if name == "swiglu":
+                        exact, slack = swiglu_reference(xr, dg, du)
+                    else:
+                        z = xr @ dg.T + f64(bias)
+                        exact = 0.5 * z * (1 + np.vectorize(math.erf)(z / np.sqrt(2)))
+                        slack = 1e-6 * (np.abs(z) + 1)  # erff's error
+                    y = fn(x[:rows])
+                    m.check(f"{name} {mode} {dtype} rows={rows}", y, exact, xr, dg, dtype, slack=slack)
+                    m.invariant(f"{name} {mode} {dtype}", y, alone, rows)
 
 
 def odd_group_count(m: Matrix, quick: bool) -> None:
@@ -500,16 +543,18 @@ SECTIONS: dict[str, Callable[[Matrix, bool], None]] = {
         qkv_3d,
         affine_widths,
         microscaling,
+        format_fusions,
     )
 }
 
 
-# Cases each section checks (quick, full): what tests/gpu asserts it ran; 507 and 1443 in all.
+# Cases each section checks (quick, full): what tests/gpu asserts it ran; 607 and 1523 in all.
 CASES = {
     "linear": (35, 174),
     "quantized_formats": (30, 180),
-    "affine_widths": (20, 240),
-    "microscaling": (27, 130),
+    "affine_widths": (25, 240),
+    "microscaling": (42, 130),
+    "format_fusions": (80, 80),
     "odd_group_count": (16, 16),
     "wide_outputs": (96, 96),
     "one_tile_dense": (14, 14),
