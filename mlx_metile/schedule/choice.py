@@ -57,7 +57,7 @@ def choose(spec: ProjectionSpec, rows: int, target: Target, shape: Shape, cfg: S
     schedules unless MLX_METILE_METAL_SCHEDULE asks for a NAX one (never measured on an Apple GPU,
     so never the default: docs/SCHEDULES.md)."""
     bucket = row_bucket(rows)
-    route = lookup(target, spec, bucket, shape)
+    route = lookup(target, spec, bucket, shape, cfg)
     if route is not None and route.schedule is not None:
         if route.schedule.nax:
             require_nax(route.schedule.kind, target, spec, f"the tuned decision {route.name!r}")

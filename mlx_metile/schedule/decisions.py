@@ -3,6 +3,9 @@ or a file of the user's own (MLX_METILE_CUDA_DECISIONS). `tuned.lookup` reads on
 installed no decision for a call: an entry applies to calls of its exact CUDA architecture, spec
 (its kernel name: formats, bias, epilogue, residual, K multiple), K, output columns and row bucket.
 
+Settings that steer the schedules (MLX_METILE_CUDA_MMA_*, ...) turn the file off: the user's
+knob then applies to the rules, as it would without a file.
+
 A file is written by `mlx_metile.tune.export_decisions` from a tuner's store (tools/h200/tune_cuda.py
 on the H200); nothing here measures or decides. A malformed file is a ValueError naming the file
 and the entry, raised where it is first read.
@@ -14,7 +17,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from ..settings import current
+from ..settings import Settings, current
 from ..spec import ProjectionSpec
 from ..targets import CudaTarget, Target
 from .route import Route
@@ -25,10 +28,23 @@ FORMAT = 1  # the file's "format": what this module reads
 Entry = tuple[str, str, int, int, int]  # (arch, spec name, bucket, K, columns)
 
 
-def path() -> Path | None:
-    """The decisions file in effect: MLX_METILE_CUDA_DECISIONS, else the package's; None when off."""
-    chosen = current().cuda_decisions
-    if chosen == "":
+def steered(cfg: Settings) -> bool:
+    """Whether a setting steers the CUDA schedules (an MLX_METILE_CUDA_MMA_* knob, the SIMT
+    tuning, the tensor-core switches): then the hand rules under it decide, not a decisions file
+    measured without it."""
+    default = Settings()
+    return bool(cfg.mma or cfg.cuda_tune) or any(
+        getattr(cfg, f) != getattr(default, f)
+        for f in ("cuda_mma", "cuda_mma_dense", "cuda_mma_fused", "cuda_mma_staged")
+    )
+
+
+def path(cfg: Settings | None = None) -> Path | None:
+    """The decisions file in effect: MLX_METILE_CUDA_DECISIONS, else the package's; None when off
+    or where a setting steers the schedules (`steered`)."""
+    cfg = cfg or current()
+    chosen = cfg.cuda_decisions
+    if chosen == "" or steered(cfg):
         return None
     return Path(chosen) if chosen is not None else SHIPPED
 
@@ -39,10 +55,10 @@ def present() -> bool:
     return p is not None and bool(load(str(p)))
 
 
-def lookup(target: Target, spec: ProjectionSpec, bucket: int, shape) -> Route | None:
+def lookup(target: Target, spec: ProjectionSpec, bucket: int, shape, cfg: Settings | None = None) -> Route | None:
     if not isinstance(target, CudaTarget):
         return None
-    p = path()
+    p = path(cfg)
     if p is None:
         return None
     return load(str(p)).get((target.arch, spec.name(), bucket, shape.K, shape.columns))

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from ..settings import Settings
 from ..spec import ProjectionSpec
 from ..targets import Target
 from . import decisions
@@ -45,7 +46,7 @@ def active(cuda: bool = False) -> bool:
     return bool(_table) or bool(_forced.get()) or (cuda and decisions.present())
 
 
-def lookup(target: Target, spec: ProjectionSpec, bucket: int, shape) -> Route | None:
+def lookup(target: Target, spec: ProjectionSpec, bucket: int, shape, cfg: Settings | None = None) -> Route | None:
     """The route forced or installed for a call, else the decisions file's (schedule.decisions),
     or None (choose's rules decide)."""
     forced = _forced.get()
@@ -54,7 +55,7 @@ def lookup(target: Target, spec: ProjectionSpec, bucket: int, shape) -> Route | 
             if t == target and s == spec and sh == shape:
                 return route
     route = _table.get((target, spec, bucket, shape))
-    return route if route is not None else decisions.lookup(target, spec, bucket, shape)
+    return route if route is not None else decisions.lookup(target, spec, bucket, shape, cfg)
 
 
 def install(entries: Mapping[Key, Route]) -> None:

@@ -13,16 +13,30 @@ from pathlib import Path
 from ..schedule import decisions as decisions_file
 from ..targets import CudaTarget
 from . import identity
+from .candidates import NATIVE
 from .tournament import Decision
 
 
-def entries_of(decisions: Iterable[Decision]) -> list[dict]:
-    """One entry per CUDA decision with a route. The compiler a decision names is dropped: a
-    machine the file travels to builds with its own (nvcc where installed, else NVRTC)."""
+def judged(d: Decision) -> bool:
+    """Whether a kernel candidate passed the gate, so that timing decided (else native won only
+    because every kernel was gated out)."""
+    return any(r.gate == "pass" for r in d.records.values() if r.family != NATIVE)
+
+
+def entries_of(decisions: Iterable[Decision], unjudged: list | None = None) -> list[dict]:
+    """One entry per CUDA decision with a route that timing decided (`judged`); the others go
+    into `unjudged` (site, bucket, the first rejection) when it is given. The compiler a decision
+    names is dropped: a machine the file travels to builds with its own (nvcc where installed,
+    else NVRTC)."""
     out = []
     for d in decisions:
         site = d._site
         if d.route is None or site is None or site.spec is None or not isinstance(site.target, CudaTarget):
+            continue
+        if not judged(d):
+            if unjudged is not None:
+                why = next(iter(d.rejected.values()), "no kernel candidate")
+                unjudged.append({"site": d.site, "bucket": d.bucket, "why": why})
             continue
         route = replace(d.route, compiler=None)
         chosen = d.records.get(d.chosen)
@@ -43,8 +57,10 @@ def entries_of(decisions: Iterable[Decision]) -> list[dict]:
 
 
 def export_decisions(decisions: Iterable[Decision], path: str | Path, about: str = "") -> Path:
-    """Write the decisions' CUDA entries as a decisions file at `path`; returns the path."""
-    decisions = list(decisions)
+    """Write the decisions' CUDA entries that timing decided as a decisions file at `path`, the
+    others listed under "not_written"; returns the path."""
+    decisions, unjudged = list(decisions), []
+    entries = entries_of(decisions, unjudged)
     backend = "cuda"
     data = {
         "format": decisions_file.FORMAT,
@@ -54,7 +70,10 @@ def export_decisions(decisions: Iterable[Decision], path: str | Path, about: str
             "device": identity.device_identity(backend),
             "versions": identity.versions(),
         },
-        "entries": entries_of(decisions),
+        "entries": entries,
+        # decisions not written: every kernel candidate failed the accuracy gate, so the calls keep
+        # the hand rules - the failure is the finding, not a route to ship
+        "not_written": unjudged,
     }
     path = Path(path)
     path.write_text(json.dumps(data, indent=1, sort_keys=False, default=str) + "\n")

@@ -54,6 +54,9 @@ def test_installed_decisions_come_first_and_off_turns_the_file_off(env, tmp_path
         assert tuned.lookup(H200, SPEC, 8, SHAPE) == mine
     finally:
         tuned.forget()
+    env.set("MLX_METILE_CUDA_MMA_BATCH", "2")  # a knob steers the rules: the file is not read
+    assert decisions.path() is None and tuned.lookup(H200, SPEC, 8, SHAPE) is None
+    env.unset("MLX_METILE_CUDA_MMA_BATCH")
     env.set("MLX_METILE_CUDA_DECISIONS", "off")
     assert decisions.path() is None and tuned.lookup(H200, SPEC, 8, SHAPE) is None
 
@@ -124,14 +127,24 @@ def test_export_writes_cuda_decisions_without_their_compiler(tmp_path):
     site = SimpleNamespace(spec=SPEC, target=H200, shape=SHAPE)
     cpu_site = SimpleNamespace(spec=SPEC, target=CPU, shape=SHAPE)
 
-    def decision(route, s):
-        rec = SimpleNamespace(ratio=(0.5, 0.6, 0.7))
+    def decision(route, s, gate="pass"):
+        rec = SimpleNamespace(ratio=(0.5, 0.6, 0.7), family="cuda_schedule", gate=gate)
+        rejected = {} if gate == "pass" else {"cuda": "accuracy, edge draw"}
         return SimpleNamespace(
-            route=route, _site=s, bucket=8, site="q4g64", chosen=route.name, records={route.name: rec}
+            route=route,
+            _site=s,
+            bucket=8,
+            site="q4g64",
+            chosen=route.name,
+            records={route.name: rec},
+            rejected=rejected,
         )
 
+    unjudged = []
     out = entries_of([decision(Route("cuda", "cuda:batch=2", schedule=sched, compiler="nvrtc"), site),
-                      decision(Route("cpu", "cpu"), cpu_site)])  # fmt: skip
+                      decision(Route("cpu", "cpu"), cpu_site),
+                      decision(Route("cuda", "native", native=True), site, gate="fail")], unjudged)  # fmt: skip
+    assert unjudged == [{"site": "q4g64", "bucket": 8, "why": "accuracy, edge draw"}]  # every kernel gated out
     assert len(out) == 1 and out[0]["spec"] == SPEC.name() and out[0]["bucket"] == 8
     route = Route.from_dict(out[0]["route"])
     assert route.schedule == sched and route.compiler is None and out[0]["ratio"] == [0.5, 0.6, 0.7]

@@ -8,6 +8,7 @@ match: set MLX_METILE_NVCC to the same path on both machines.
 
     MLX_METILE_CACHE=DIR MLX_METILE_NVCC=/usr/local/cuda/bin/nvcc python tools/h200/precompile.py \
         [generate] [matrix] [matrix-full] [table] [--shapes NAME ...] [--formats bf16 int4 ...]
+        [--sections NAME ...]
 
 generate (the default): the end-to-end benchmarks' kernels (bench/test_bench_generate.py,
 tools/host/decode_host.py): the patched random Llama (Llama-3.1-8B's block shapes, one layer:
@@ -60,17 +61,21 @@ def generate(t0: float) -> None:
         print(f"{fmt}: {time.perf_counter() - t0:.0f} s", flush=True)
 
 
-def matrix(full: bool) -> None:
-    """The kernels of tests/gpu: its matrix with the row limit it sets, and the gradient check."""
+def matrix(full: bool, sections: list[str] | None = None) -> None:
+    """The kernels of tests/gpu: its matrix with the row limit it sets, and the gradient check
+    (`sections`: those sections only, no gradient check)."""
     from tests.gpu import matrix as gpu
 
     m = gpu.Matrix(seed=0)
     with settings.override(MLX_METILE_CUDA_MAX_ROWS=str(gpu.MAX_ROWS_CHECKED)):
         for name, section in gpu.SECTIONS.items():
+            if sections and name not in sections:
+                continue
             section(m, not full)
             print(f"matrix: {name}", flush=True)
-    with settings.override(MLX_METILE_CUDA_GRADIENTS="1"):
-        gpu.gradients(m)
+    if not sections:
+        with settings.override(MLX_METILE_CUDA_GRADIENTS="1"):
+            gpu.gradients(m)
     print(f"matrix: {m.cases} cases ({len(m.failures)} failed on zeros, as expected)")
 
 
@@ -108,6 +113,7 @@ def main() -> int:
     ap.add_argument("what", nargs="*", default=["generate"], choices=["generate", "matrix", "matrix-full", "table"])
     ap.add_argument("--shapes", nargs="*", choices=[*cases.SHAPES, *cases.FUSED_SHAPES], help="table: these only")
     ap.add_argument("--formats", nargs="*", choices=list(cases.FORMATS), help="table: these formats only")
+    ap.add_argument("--sections", nargs="*", help="matrix: these sections of tests/gpu/matrix.py only")
     args = ap.parse_args()
     stub_the_launch()
     cache = settings.current().cache_root / "cuda"
@@ -120,7 +126,7 @@ def main() -> int:
         elif what == "table":
             table(args.shapes, args.formats)
         else:
-            matrix(full=what == "matrix-full")
+            matrix(full=what == "matrix-full", sections=args.sections)
         print(f"{what} done: {time.perf_counter() - t0:.0f} s", flush=True)
     after = len(list(cache.iterdir()))
     print(f"{after - before} kernels compiled into {cache} ({after} there)")
