@@ -16,18 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAUNCHER = "from mlx._distributed_utils.launch import main; main()"  # what the mlx.launch script runs
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -46,39 +41,18 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _free_port_base(n: int) -> int:
-    for _ in range(200):
-        base = random.randrange(20000, 60000 - n)
-        try:
-            for port in range(base, base + n):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no run of free ports on 127.0.0.1")
-
-
 def drive(args: argparse.Namespace, argv: list[str]) -> int:
     """Start the ranks, wait (bounded), write rank 0's result with the machine's facts."""
+    from mlx_metile.integrations.launch import RankFailure, launch
+
     with tempfile.TemporaryDirectory() as tmp:
         rest = [a for i, a in enumerate(argv) if a != "--out" and (i == 0 or argv[i - 1] != "--out")]
-        command = [sys.executable, "-c", LAUNCHER, "--backend", "ring", "--hosts", "127.0.0.1", "-n", str(args.ranks)]
-        command += ["--starting-port", str(_free_port_base(args.ranks)), "--cwd", str(ROOT), "--"]
-        command += [sys.executable, "-m", "bench.sharded_decode", *rest, "--out", tmp]
-        proc = subprocess.Popen(command, stdin=subprocess.PIPE, start_new_session=True)
-        try:
-            proc.wait(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            print(f"timed out after {args.timeout:.0f} s", file=sys.stderr)
+        program = [sys.executable, "-m", "bench.sharded_decode", *rest, "--out", tmp]
+        try:  # (log=False: the ranks' output comes to this terminal)
+            (data,) = launch(args.ranks, program, Path(tmp), args.timeout, cwd=ROOT, results=[0], log=False)
+        except RankFailure as failure:
+            print(f"{failure}\n(see the ranks' output above)", file=sys.stderr)
             return 1
-        result = Path(tmp) / "rank0.json"
-        if not result.exists():
-            print("rank 0 wrote no result (see its output above)", file=sys.stderr)
-            return 1
-        data = json.loads(result.read_text())
     text = json.dumps(data, indent=1)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

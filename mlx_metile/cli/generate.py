@@ -43,6 +43,8 @@ def report_lines(report) -> list[str]:
         lines.append(f"  {kind:12s} {sum(whys.values())} declined: {said}")
     if report.max_diff is not None:
         lines.append(f"  verified     logits within {report.max_diff:.3g} x scale (allowed {report.allowed:.3g})")
+    if report.phases:
+        lines.append(f"  time         {report.timings()}")
     return lines
 
 

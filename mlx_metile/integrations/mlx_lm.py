@@ -22,6 +22,7 @@ import numbers
 import sys
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -62,6 +63,8 @@ FIXED_FLOOR = {mx.float16: 2e-2, mx.bfloat16: 5e-2}
 # Module probes run in float32 with inputs scaled so activations reach |g| ~ 2,
 # where SiLU, GELU and friends differ by about 10%; f32 rounding is ~1e-6.
 PROBE_TOLERANCE = 1e-3
+# The phases of patch() that PatchReport.phases times, in the order they run.
+PHASES = ("discovery", "float32 reference", "unpatched model", "probes", "patched model", "tuning")
 
 
 @dataclass
@@ -73,6 +76,8 @@ class Part:
     needs: Part | None = None
     applied: bool = False
     probe: Callable[[], float] | None = None  # module-level check: relative output difference
+    likeness: object = None  # equal for parts whose probes must agree (one of them probes: _probe_failures)
+    probed: float = 0.0  # what the probe gave
     formats: str = ""  # its weights' formats, as the report names them
 
     def on(self) -> None:
@@ -93,7 +98,9 @@ class PatchReport:
     declined: list[tuple[str, str, str]] = field(default_factory=list)
     max_diff: float | None = None  # verified logits difference, relative to their scale
     allowed: float | None = None
-    seconds: float = 0.0  # what patch() took, verification included
+    seconds: float = 0.0  # what patch() took, verification (and tuning) included
+    phases: dict[str, float] = field(default_factory=dict)  # where that time went (PHASES), seconds
+    runs: int = 0  # verification's runs of the patched model
     shard: str = ""  # for a tensor-parallel model, this process's place in it ("rank 0 of 2")
     tuning: object | None = None  # patch(tune=True): the mlx_metile.tune.Tuning of the patched calls
     _parts: list[Part] = field(default_factory=list, repr=False)
@@ -106,6 +113,8 @@ class PatchReport:
         lines = [
             f"mlx_metile.patch{where}: {len(self.replaced)} replaced, {len(self.declined)} declined in {self.seconds:.1f} s"
         ]
+        if self.phases:
+            lines.append(f"  time: {self.timings()}")
         if self.max_diff is not None:
             lines.append(
                 f"  verified: max |logits - float32 reference| = {self.max_diff:.3g} x scale (allowed {self.allowed:.3g})"
@@ -118,6 +127,15 @@ class PatchReport:
         if self.tuning is not None:
             lines.append(str(self.tuning))
         return "\n".join(lines)
+
+    def timings(self) -> str:
+        """Where the time went: "unpatched model 9.8 s, float32 reference 1.6 s, ..." in PHASES' order."""
+        said = []
+        for name in PHASES:
+            if name in self.phases:
+                runs = f" ({self.runs} run{'s' if self.runs != 1 else ''})" if name == "patched model" else ""
+                said.append(f"{name} {self.phases[name]:.1f} s{runs}")
+        return ", ".join(said)
 
     def restore(self) -> None:
         """Put every original module back, in reverse order."""
@@ -228,6 +246,7 @@ def _discover(
                 fused = FusedSwiGLU(mod, max_rows)
                 part = _named(_mlp_part(container, key, mod, fused, path), members)
                 part.probe = lambda mod=mod, fused=fused: _probe(mod, fused, mod["gate_proj"])
+                part.likeness = (type(fused), likeness(mod))
                 parts.append(part)
                 mlp_parts[id(mod)] = part
                 covered.update(id(m) for m in members)
@@ -376,35 +395,51 @@ def _vocab(model: nn.Module) -> int:
     raise ValueError("model: cannot find the vocabulary size (no args.vocab_size, no embedding)")
 
 
+# The synthetic workload's two pieces, each on its own tokens: "decode" (a prefill, single-token
+# decode steps and a multi-row verification step, as speculative decoding makes, through one
+# cache) and "batch" (a batch of two prompts, no cache). synthetic_logits is their rows in this order.
+PIECES = ("decode", "batch")
+
+
 def synthetic_logits(model: nn.Module, seed: int = 0) -> mx.array:
     """Logits of a prefill, single-token decode steps and a multi-row
-    verification step (as speculative decoding makes), on synthetic tokens. Every token is
+    verification step (as speculative decoding makes), then of a batch of two, on synthetic
+    tokens (the rows of PIECES, in order; float32, evaluated). Every token is
     drawn in advance, none is the argmax of a logit: two models being compared see the same
     tokens, so a near-tie in one logit cannot send them down different paths (with argmax tokens,
     patch declined parts of a 32-layer random-weight Llama on the H200 at 8-9% of the logits'
     scale while the set it kept was 1.3% apart; with tokens drawn in advance, none)."""
+    return mx.concatenate([synthetic_piece(model, name, seed) for name in PIECES], axis=0)
+
+
+def synthetic_piece(model: nn.Module, name: str, seed: int = 0) -> mx.array:
+    """One piece of synthetic_logits (a name of PIECES): its rows, bit for bit, evaluated."""
     from mlx_lm.models.cache import make_prompt_cache
 
+    if name not in PIECES:
+        raise ValueError(f"name: expected one of {PIECES}, got {name!r}")
     vocab = _vocab(model)
     key = mx.random.key(seed)
     keys = mx.random.split(key, 3)
     prompt = mx.random.randint(0, vocab, (1, 9), key=key)
-    draft = mx.random.randint(0, vocab, (1, 4), key=keys[1])
-    steps = mx.random.randint(0, vocab, (1, 3), key=keys[2])
-    cache = make_prompt_cache(model)
-    outs = [model(prompt, cache=cache)[:, -1:]]
-    for i in range(steps.shape[1]):
-        outs.append(model(steps[:, i : i + 1], cache=cache))
-    outs.append(model(draft, cache=cache))
-    batch = mx.concatenate([prompt[:, :5], mx.flip(prompt[:, :5], axis=1)], axis=0)
-    outs.append(model(batch).reshape(1, -1, vocab))
+    if name == "decode":
+        draft = mx.random.randint(0, vocab, (1, 4), key=keys[1])
+        steps = mx.random.randint(0, vocab, (1, 3), key=keys[2])
+        cache = make_prompt_cache(model)
+        outs = [model(prompt, cache=cache)[:, -1:]]
+        for i in range(steps.shape[1]):
+            outs.append(model(steps[:, i : i + 1], cache=cache))
+        outs.append(model(draft, cache=cache))
+    else:
+        batch = mx.concatenate([prompt[:, :5], mx.flip(prompt[:, :5], axis=1)], axis=0)
+        outs = [model(batch).reshape(1, -1, vocab)]
     logits = mx.concatenate([o.astype(mx.float32).reshape(-1, vocab) for o in outs], axis=0)
     mx.eval(logits)
     return logits
 
 
-def _float32_logits(model: nn.Module, seed: int) -> mx.array | None:
-    """The synthetic logits of the model with its float16/bfloat16 parameters
+def _float32_pieces(model: nn.Module, seed: int) -> dict[str, mx.array] | None:
+    """Every synthetic piece of the model with its float16/bfloat16 parameters
     in float32 (quantized weights stay as they are), or None when that copy
     would exceed F32_REFERENCE_LIMIT or there is nothing to upcast."""
     from mlx.utils import tree_flatten, tree_map
@@ -416,7 +451,7 @@ def _float32_logits(model: nn.Module, seed: int) -> mx.array | None:
     up = tree_map(lambda a: a.astype(mx.float32) if a.dtype in (mx.float16, mx.bfloat16) else a, params)
     try:
         model.update(up)
-        return synthetic_logits(model, seed)
+        return {name: synthetic_piece(model, name, seed) for name in PIECES}
     finally:
         model.update(params)  # the original arrays, not copies
 
@@ -475,7 +510,8 @@ def patch(
 
     verify: run the model before and after on synthetic tokens (prefill, decode
       steps, a multi-row verification step, a batch of two) and keep only the
-      parts whose logits match, bisecting when the whole set fails.
+      parts whose logits match, bisecting when the whole set fails (_verify says what
+      runs; the report's .phases where the time went).
     tolerance: how much further (max |logits difference|, relative to the logits'
       scale) the patched model may be from the model computed in float32 than
       the unpatched model is, beyond ERROR_GROWTH x the unpatched model's own
@@ -522,44 +558,88 @@ def patch(
             model, verify=verify, tolerance=tolerance, max_rows=max_rows, dense=dense, fuse_norms=fuse_norms, seed=seed
         )
         if report:
+            started = time.perf_counter()
             rows = sorted({b for b in ROW_BUCKETS if b <= max_rows} | {row_bucket(max_rows)})
             report.tuning = autotune(model, rows=rows)
+            report.phases["tuning"] = time.perf_counter() - started
+            report.seconds += report.phases["tuning"]
         return report
     started = time.perf_counter()
     report = PatchReport(shard=" ".join(filter(None, (rules.describe(model) for rules in EXTRA_RULES))))
-    agree = _agreement(model)  # for a sharded model, the largest of every rank's value: all decide alike
-    if not verify:
+    with _phase(report, "discovery"):
         parts = _discover(model, max_rows, report.declined, dense, fuse_norms)
-        for p in parts:
-            p.on()
-        report._parts = parts
-        report.replaced = [(p.path, p.kind) for p in parts]
-        report.seconds = time.perf_counter() - started
-        return report
+    if verify and parts:
+        _verify(model, parts, report, tolerance, seed)  # (declines what does not verify, from parts)
+    for p in parts:
+        p.on()
+    report._parts = parts
+    report.replaced = [(p.path, p.kind) for p in parts]
+    report.formats = {(p.path, p.kind): p.formats for p in parts if p.formats}
+    report.seconds = time.perf_counter() - started
+    return report
 
-    _progress("patch: running the unpatched model")
-    before = synthetic_logits(model, seed)
-    scale = float(mx.abs(before).max()) or 1.0
-    truth = _float32_logits(model, seed)  # before discovery: it swaps arrays in and out
-    parts = _discover(model, max_rows, report.declined, dense, fuse_norms)
-    if truth is None:
-        native_error = 0.0
-        truth = before
+
+@contextmanager
+def _phase(report: PatchReport, name: str):
+    """Adds the time of the block to report.phases[name]."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        report.phases[name] = report.phases.get(name, 0.0) + time.perf_counter() - started
+
+
+def _verify(model: nn.Module, parts: list[Part], report: PatchReport, tolerance: float, seed: int) -> None:
+    """Keep in `parts` only what verifies (each removed one goes into report.declined with the
+    reason); set report.max_diff and .allowed. Leaves every part off.
+
+    The criterion: a set of parts verifies where max |logits of the model with them on -
+    reference| <= ERROR_GROWTH x max |unpatched logits - reference| + (tolerance + floor) x
+    max |unpatched logits| over synthetic_logits' rows; the reference is the float32 model where
+    there is one (floor F32_FLOOR), else the unpatched model (floor FIXED_FLOOR). The report gives
+    both sides / max |unpatched logits| (the logits' scale).
+
+    Where the float32 reference exists, the unpatched model first runs only its "batch" piece:
+    those rows are rows of the full run, bit for bit, so their two maxima are at most the full
+    run's, and a set within the criterion computed on them is within the full one. The patched
+    model is still compared with the reference on every row. Where that decides (the usual
+    case), the report's scale is max |reference| instead; otherwise the rest of the unpatched
+    model runs and the full criterion decides. All parts are tried at once first; where they do
+    not verify, the parts that need no other are bisected, then those that need a kept part on
+    top of them. Each distinct set runs once (memoised)."""
+    agree = _agreement(model)  # for a sharded model, the largest of every rank's value: all decide alike
+    with _phase(report, "float32 reference"):
+        _progress("patch: running the float32 reference")
+        truth = _float32_pieces(model, seed)
+    stock: dict[str, mx.array] = {}  # the unpatched model's pieces, as far as they were needed
+
+    def unpatched(names: tuple[str, ...]) -> None:
+        for p in parts:
+            p.off()
+        with _phase(report, "unpatched model"):
+            for name in names:
+                if name not in stock:
+                    _progress(f"patch: running the unpatched model ({name})")
+                    stock[name] = synthetic_piece(model, name, seed)
+
+    if truth is None:  # the unpatched model is the reference
+        unpatched(PIECES)
+        truth = dict(stock)
         floor = FIXED_FLOOR.get(_model_dtype(model), F32_FLOOR)
     else:
-        native_error = float(mx.abs(before - truth).max()) / scale
+        unpatched(("batch",))
         floor = F32_FLOOR
-    allowed = ERROR_GROWTH * native_error + tolerance + floor
-    for p in list(parts):
-        d = agree(p.probe() if p.probe is not None else 0.0)
-        if d > PROBE_TOLERANCE:
-            report.declined.append((p.path, p.kind, f"probe: outputs differ by {d:.3g} x scale"))
+    reference = mx.concatenate([truth[name] for name in PIECES], axis=0)
+    with _phase(report, "probes"):
+        _progress("patch: probing the fused modules")
+        for p in _probe_failures(parts, agree):
+            report.declined.append((p.path, p.kind, f"probe: outputs differ by {p.probed:.3g} x scale"))
             parts.remove(p)
 
-    measured: dict[frozenset[int], float] = {}  # active set -> its distance (each set runs once)
+    measured: dict[frozenset[int], float] = {}  # active set -> max |its logits - reference| (each set runs once)
 
-    def diff(active: list[Part]) -> float:
-        """Distance of the patched model's logits from the reference, / scale."""
+    def distance(active: list[Part]) -> float:
+        """max |logits of the model with `active` on - reference| (parts needing an inactive one stay off)."""
         on = frozenset(id(p) for p in active if p.needs is None or p.needs in active)
         for p in parts:
             p.off()
@@ -568,48 +648,108 @@ def patch(
                 p.on()
         if on not in measured:  # (every rank holds the same sets: their collectives still match)
             _progress(f"patch: verifying {len(on)} of {len(parts)} parts")
-            measured[on] = agree(float(mx.abs(synthetic_logits(model, seed) - truth).max()) / scale)
+            with _phase(report, "patched model"):
+                measured[on] = agree(float(mx.abs(synthetic_logits(model, seed) - reference).max()))
+            report.runs += 1
         return measured[on]
 
-    def keep(candidates: list[Part], base: list[Part]) -> list[Part]:
-        """The subset of candidates that verifies on top of `base`, by bisection."""
-        if not candidates:
-            return []
-        d = diff(base + candidates)
-        if d <= allowed:
-            return candidates
-        if len(candidates) == 1:
-            report.declined.append((candidates[0].path, candidates[0].kind, f"logits differ by {d:.3g} x scale"))
-            return []
-        mid = len(candidates) // 2
-        left = keep(candidates[:mid], base)
-        right = keep(candidates[mid:], base + left)
-        return left + right
-
+    runnable = [p for p in parts if p.needs is None] + [p for p in parts if p.needs is not None and p.needs in parts]
+    kept: list[Part] | None = None
     try:
-        first = [p for p in parts if p.needs is None]
-        kept = keep(first, [])
-        second = [p for p in parts if p.needs is not None and p.needs in kept]
+        if runnable and len(stock) < len(PIECES):  # the piece's bound (see above)
+            piece, ref = stock["batch"], truth["batch"]
+            native, piece_scale = float(mx.abs(piece - ref).max()), float(mx.abs(piece).max())
+            bound = ERROR_GROWTH * native + (tolerance + floor) * piece_scale
+            if piece_scale > 0 and agree(distance(runnable) - bound) <= 0:  # (NaN anywhere: not <= 0)
+                kept = runnable
+                scale = float(mx.abs(reference).max()) or 1.0
+                allowed = bound / scale
+        if kept is None:
+            unpatched(PIECES)
+            before = mx.concatenate([stock[name] for name in PIECES], axis=0)
+            native, scale = float(mx.abs(before - reference).max()), float(mx.abs(before).max()) or 1.0
+            measured.setdefault(frozenset(), agree(native))  # (nothing on: the unpatched run, bit for bit)
+            allowed = ERROR_GROWTH * native / scale + tolerance + floor
+
+        def keep(candidates: list[Part], base: list[Part]) -> list[Part]:
+            """The subset of candidates that verifies on top of `base`, by bisection."""
+            if not candidates:
+                return []
+            d = distance(base + candidates) / scale
+            if d <= allowed:
+                return candidates
+            if len(candidates) == 1:
+                report.declined.append((candidates[0].path, candidates[0].kind, f"logits differ by {d:.3g} x scale"))
+                return []
+            mid = len(candidates) // 2
+            left = keep(candidates[:mid], base)
+            right = keep(candidates[mid:], base + left)
+            return left + right
+
+        if kept is None:
+            if runnable and distance(runnable) / scale <= allowed:
+                kept = runnable
+            else:
+                kept = keep([p for p in parts if p.needs is None], [])
+                kept += keep([p for p in parts if p.needs is not None and p.needs in kept], kept)
         for p in parts:
             if p.needs is not None and p.needs not in kept:
                 report.declined.append((p.path, p.kind, f"needs {p.needs.kind} at {p.needs.path}, which was declined"))
-        kept += keep(second, kept)
-        report.max_diff = diff(kept)
-    except BaseException:  # a part that fails to run: leave the model as it was
+        report.max_diff = distance(kept) / scale
+    finally:  # (a part that fails to run leaves the model as it was)
         for p in parts:
             p.off()
-        raise
+        _progress("")
     report.allowed = allowed
-    if report.max_diff > allowed:  # cannot happen if each step held; never leave a bad state
-        for p in parts:
-            p.off()
+    if kept and not report.max_diff <= allowed:  # cannot happen if each step held; never leave a bad state
         raise RuntimeError("mlx_metile.patch: the verified set no longer verifies; the model was left unpatched")
-    report._parts = kept
-    report.replaced = [(p.path, p.kind) for p in kept]
-    report.formats = {(p.path, p.kind): p.formats for p in kept if p.formats}
-    report.seconds = time.perf_counter() - started
-    _progress("")
-    return report
+    parts[:] = kept
+
+
+def _probe_failures(parts: list[Part], agree: Callable[[float], float]) -> list[Part]:
+    """The parts whose module-level probe fails. Parts of modules alike (_likeness: class, settings,
+    array shapes and dtypes) probe once; only where that one fails are the others probed each.
+    (The probe only declines early: whatever it passes, the logits check still judges.)"""
+    failed, passed = [], set()
+    for p in parts:
+        if p.probe is None:
+            continue
+        key = p.likeness
+        if key is not None and key in passed:
+            continue
+        p.probed = agree(p.probe())
+        if p.probed > PROBE_TOLERANCE:
+            failed.append(p)
+        elif key is not None:
+            passed.add(key)
+    return failed
+
+
+def likeness(value: object, _path: frozenset[int] = frozenset()) -> object:
+    """A hashable value equal for modules that compute alike on inputs alike: the class and plain
+    attributes (by value where hashable, else by identity) of every module, and the shape and dtype
+    of every array, recursively. Modules of different likeness may still compute alike."""
+    if isinstance(value, mx.array):
+        return ("array", tuple(value.shape), str(value.dtype))
+    if isinstance(value, (nn.Module, list, tuple, dict, set, frozenset)):
+        if id(value) in _path:  # (a cycle: by identity)
+            return ("id", id(value))
+        _path = _path | {id(value)}
+    if isinstance(value, nn.Module):
+        attrs = tuple(sorted((str(k), likeness(v, _path)) for k, v in vars(value).items()))
+        items = tuple(sorted((str(k), likeness(v, _path)) for k, v in value.items()))
+        return (type(value), attrs, items)
+    if isinstance(value, (list, tuple)):
+        return (type(value), tuple(likeness(v, _path) for v in value))
+    if isinstance(value, dict):
+        return (dict, tuple(sorted((str(k), likeness(v, _path)) for k, v in value.items())))
+    if isinstance(value, (set, frozenset)):
+        return (frozenset, frozenset(likeness(v, _path) for v in value))
+    try:
+        hash(value)
+    except TypeError:
+        return ("id", id(value))
+    return value
 
 
 def _progress(stage: str) -> None:

@@ -49,6 +49,7 @@ from .mlx_lm import (
     _replace_part,
     _walk,
     _wanted,
+    likeness,
 )
 from .modules import (
     FusedSwiGLU,
@@ -220,6 +221,7 @@ def discover_sharded(model: nn.Module, max_rows: int, declined: list, dense: boo
             fused = ShardedSwiGLU(mod, max_rows)
             part = _named(_mlp_part(container, key, mod, fused, path), members)
             part.probe = lambda mod=mod, fused=fused: _probe(mod, fused, mod["gate_proj"])
+            part.likeness = (type(fused), likeness(mod))
             parts.append(part)
             if isinstance(container, nn.Module) and "self_attn" in container:
                 block = path.rsplit(".", 1)[0] if "." in path else ""

@@ -1,4 +1,4 @@
-"""tests/integrations/launch.py: real mlx.launch ranks (ring, 127.0.0.1) of a rank program that
+"""mlx_metile.integrations.launch: real mlx.launch ranks (ring, 127.0.0.1) of a rank program that
 imports nothing heavy; a failing or hanging rank fails the run with that rank's own output."""
 
 from __future__ import annotations

@@ -167,6 +167,76 @@ def test_a_block_whose_attention_changes_its_output_projection_result_is_decline
     _assert_declined_per_layer("", "residual", kept=("model.layers.0.mlp", "mlp_swiglu"))
 
 
+def test_a_kernel_wrong_only_in_one_row_calls_is_declined(monkeypatch):
+    """A planted wrong kernel: the output projection's product off by 25% in calls of one row
+    only (the decode steps). On a bf16 int4 model the unpatched model first runs only its batch
+    piece, where no call has one row: the patched model's logits are still compared on every row,
+    so the output projection is declined and everything else kept."""
+    from mlx_metile.backends import primitive
+
+    model = make("llama", "q4g64-bf16")
+    target, original = model.lm_head.weight, primitive.launch
+
+    def wrong(artifact, arrays, call, rows, *rest):
+        outs = original(artifact, arrays, call, rows, *rest)
+        ours = any(getattr(w, "w", None) is target for w in call.weights)
+        return [o * 1.25 for o in outs] if rows == 1 and ours else outs
+
+    monkeypatch.setattr(primitive, "launch", wrong)
+    report = mt.patch(model)
+    declined = {(p, k): why for p, k, why in report.declined}
+    assert set(declined) == {("lm_head", "projection")}, str(report)
+    assert declined[("lm_head", "projection")].startswith("logits differ by"), str(report)
+    assert len(report.replaced) == 8 and report.max_diff <= report.allowed, str(report)
+    assert type(model.lm_head) is nn.QuantizedLinear
+
+
+def test_a_wrong_module_alike_to_a_probed_one_is_declined(monkeypatch):
+    """Alike MLPs probe once (the first); a wrong one among the others is declined by the logits
+    check: layer 1's fused MLP with gate and up swapped, layer 0's right."""
+    model = make("llama", "q4g64-bf16")
+    target = model.model.layers[1].mlp
+    original = FusedSwiGLU.__call__
+
+    def wrong(self, x, residual=None):
+        if self.original is not target:
+            return original(self, x, residual)
+        self.gate_proj, self.up_proj = self.up_proj, self.gate_proj
+        try:
+            return original(self, x, residual)
+        finally:
+            self.gate_proj, self.up_proj = self.up_proj, self.gate_proj
+
+    monkeypatch.setattr(FusedSwiGLU, "__call__", wrong)
+    report = mt.patch(model)
+    declined = {(p, k): why for p, k, why in report.declined}
+    assert declined[("model.layers.1.mlp", "mlp_swiglu")].startswith("logits differ by"), str(report)
+    assert declined[("model.layers.1", "residual")].startswith("needs mlp_swiglu"), str(report)
+    assert len(declined) == 2 and ("model.layers.0.mlp", "mlp_swiglu") in report.replaced, str(report)
+    assert model.model.layers[1].mlp is target
+
+
+def test_a_model_that_verifies_runs_the_patched_model_once_and_reports_its_time():
+    model = make("llama", "q4g64-bf16")
+    report = mt.patch(model)
+    assert report and not report.declined, str(report)
+    assert report.runs == 1, str(report)  # every part at once, nothing bisected
+    assert set(report.phases) == {"discovery", "float32 reference", "unpatched model", "probes", "patched model"}
+    assert report.seconds >= sum(report.phases.values())
+    assert "  time: discovery " in str(report) and "patched model" in str(report) and "(1 run)" in str(report)
+
+
+def test_likeness_tells_modules_apart_by_class_settings_and_shapes():
+    a, b = make("llama", "q4g64"), make("llama", "q4g64", seed=2)
+    like = integration.likeness
+    assert like(a.model.layers[0].mlp) == like(a.model.layers[1].mlp) == like(b.model.layers[0].mlp)
+    assert like(a.model.layers[0].mlp) != like(make("llama", "q4g32").model.layers[0].mlp)  # group size
+    assert like(a.model.layers[0].mlp) != like(make("llama", "q4g64-bf16").model.layers[0].mlp)  # dtype
+    assert like(a.model.layers[0].self_attn) != like(a.model.layers[0].mlp)
+    b.model.layers[0].mlp.gate_proj.bits = 8  # (a setting, not an array)
+    assert like(b.model.layers[0].mlp) != like(a.model.layers[0].mlp)
+
+
 def test_patching_twice_is_harmless_and_models_are_independent():
     model, other = make("qwen2", "float32"), make("qwen2", "float32")
     first = mt.patch(model)
