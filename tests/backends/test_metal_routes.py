@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 import mlx_metile as mt
-from mlx_metile import dispatch, formats
+from mlx_metile import dispatch, formats, settings
 from mlx_metile.air import llvm14
 from mlx_metile.backends import metal_device
 from mlx_metile.backends.extension import has_metal
 from mlx_metile.call import check
-from mlx_metile.schedule import Route, Shape, choose, tuned
+from mlx_metile.schedule import Route, Shape, choose, row_bucket, tuned
+from mlx_metile.schedule.simt import simt_schedule
 from mlx_metile.targets import nax_available
 
 pytestmark = pytest.mark.skipif(
@@ -65,7 +66,8 @@ def test_the_msl_route(problem):
 @pytest.mark.skipif(not llvm14.available(), reason="LLVM 14's llvm-as is not installed (brew install llvm@14)")
 def test_our_air_as_a_metallib_loaded_by_path(problem):
     x, weight, target, spec, _ = problem
-    route = Route("metal", "air", schedule=choose(spec, ROWS, target, Shape(K, N)), build="air")
+    simd = simt_schedule(spec, row_bucket(ROWS), "msl", settings.current())  # (AIR prints the simdgroup schedules)
+    route = Route("metal", "air", schedule=simd, build="air")
     within_bf16(run(problem, route), x, weight)
 
 
