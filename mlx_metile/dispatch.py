@@ -2,7 +2,9 @@
 
 - CPU: the C++ implementation, or with MLX_METILE_EMULATE the generated MSL run through the
   Metal-on-CPU emulator;
-- Metal (macOS builds): the generated MSL;
+- Metal (macOS builds): the generated MSL, or where a tuned decision says so our AIR as a metallib
+  or a patched binary archive (backends/metal_builds.py); NAX schedules only where MLX runs NAX
+  (the device's GPU generation and macOS, backends/metal_device.py), else the simdgroup schedule;
 - CUDA (MLX's CUDA build): the generated CUDA, for calls of up to MLX_METILE_CUDA_MAX_ROWS rows;
 - anything else (another device, larger CUDA calls, operands past 32-bit indexing): the stock MLX
   composition (`reference.fused_reference`), recorded as backend "mlx" in `mlx_metile.trace()`.
@@ -23,10 +25,11 @@ import mlx.core as mx
 
 from . import settings
 from .artifact import Artifact
-from .backends import cuda_compile, cuda_launch, emulated, primitive
+from .backends import cuda_compile, cuda_launch, emulated, metal_builds, primitive
 from .backends.cuda_device import build_target
 from .backends.extension import has_metal
 from .backends.inputs import binding_template, norm_inputs, weight_inputs
+from .backends.metal_device import metal_target
 from .call import Call, Norm, check, product_dtypes
 from .formats import QuantizedWeight
 from .gradients import differentiable
@@ -80,14 +83,20 @@ def _compiled(
     spec: ProjectionSpec, bucket: int, target: Target, shape: Shape, generation: int, route: Route | None = None
 ) -> Artifact:
     """The artifact of a spec: the per-call cache lookup (`generation`: the settings' reload count;
-    `route`: the tuned decision choose reads, if any)."""
-    return compile_projection(spec, choose(spec, bucket, target, shape), target.language)
+    `route`: the tuned decision choose reads, if any, and its Metal build)."""
+    schedule = choose(spec, bucket, target, shape)
+    build = None if route is None or route.native else route.build
+    return metal_builds.build(spec, schedule, target.language, build)
 
 
 def target_of(backend: str) -> Target:
-    """The target a backend's kernels are built for (the emulator's runs the MPP subset: NAX)."""
+    """The target a backend's kernels are built for: the CUDA device's architecture; the Metal
+    device's GPU generation and macOS, which decide NAX (backends/metal_device.py); the emulator's
+    (it runs the MPP subset: NAX); else the CPU's MSL."""
     if backend == "cuda":
         return build_target()
+    if backend == "metal":
+        return metal_target()
     return EMULATOR if backend == "emulator" else CPU
 
 
@@ -399,6 +408,7 @@ def clear_kernel_caches() -> None:
     """Forget compiled kernels (sources, binaries and emulator objects held in memory) and call plans."""
     _compiled.cache_clear()
     compile_projection.cache_clear()
+    metal_builds.forget()
     cuda_compile.forget()
     emulated.emulator_object.cache_clear()
     binding_template.cache_clear()

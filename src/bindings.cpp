@@ -14,6 +14,10 @@
 #endif
 #include "emu_abi.h"
 #include "tile_kernel.h"
+#ifdef METILE_METAL
+#include "metal/metal_archive.h"
+#include "metal/metal_device.h"
+#endif
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -41,10 +45,14 @@ NB_MODULE(_ext, m) {
          const std::string& entry, std::array<int64_t, 3> threadgroups, std::array<int64_t, 3> threads,
          const std::vector<std::tuple<int, int64_t>>& bindings, const std::string& key, const std::vector<int>& bits,
          const std::vector<int>& group_size, const std::vector<int>& mode, const std::vector<int>& has_bias,
-         int epilogue, bool has_residual, const std::string& emulator_object, mx::StreamOrDevice s) {
+         int epilogue, bool has_residual, const std::string& emulator_object, const std::string& route,
+         const std::string& library_path, const std::string& archive_path, mx::StreamOrDevice s) {
         mt::Artifact a;
         a.target = target;
+        a.route = route;
         a.source = source;
+        a.library_path = library_path;
+        a.archive_path = archive_path;
         a.entry = entry;
         a.threadgroups = threadgroups;
         a.threads_per_group = threads;
@@ -63,8 +71,23 @@ NB_MODULE(_ext, m) {
       },
       "inputs"_a, "out_shapes"_a, "out_dtypes"_a, "target"_a, "source"_a, "entry"_a, "threadgroups"_a, "threads"_a,
       "bindings"_a, "key"_a, "bits"_a, "group_size"_a, "mode"_a, "has_bias"_a, "epilogue"_a, "has_residual"_a,
-      "emulator_object"_a, nb::kw_only(), "stream"_a = nb::none(),
-      "Build the array node of one compiled tile kernel (internal; see mlx_metile.ops).");
+      "emulator_object"_a, "route"_a = "msl", "library_path"_a = "", "archive_path"_a = "", nb::kw_only(),
+      "stream"_a = nb::none(), "Build the array node of one compiled tile kernel (internal; see mlx_metile.ops).");
+
+#ifdef METILE_METAL
+  m.def(
+      "metal_device_info",
+      []() {
+        mt::MetalDeviceInfo i = mt::metal_device_info();
+        return nb::make_tuple(i.architecture, i.generation, nb::make_tuple(i.macos[0], i.macos[1], i.macos[2]),
+                              i.os_version, i.nax);
+      },
+      "(architecture, generation, (macOS major, minor, patch), OS version text, whether MLX would run NAX) of the "
+      "default GPU (internal; see mlx_metile.backends.metal_device).");
+  m.def("metal_serialize_archive", &mt::serialize_archive, "library_path"_a, "entry"_a, "archive_path"_a, "key"_a,
+        "Build the pipeline of `entry` of a metallib into a binary archive written to `archive_path` (internal; see "
+        "mlx_metile.backends.metal_archive).");
+#endif
 
   nb::class_<mt::CudaLaunch>(m, "CudaLaunch",
                              "One planned CUDA launch, through this project's primitive or MLX's "

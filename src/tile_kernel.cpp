@@ -82,8 +82,9 @@ bool TileKernel::is_equivalent(const mx::Primitive& other) const {
   if (!o) return false;
   const Artifact& a = artifact_;
   const Artifact& b = o->artifact_;
-  if (a.key != b.key || a.threadgroups != b.threadgroups || a.threads_per_group != b.threads_per_group ||
-      a.bindings.size() != b.bindings.size() || !(desc_ == o->desc_) || emulator_object_ != o->emulator_object_)
+  if (a.key != b.key || a.route != b.route || a.threadgroups != b.threadgroups ||
+      a.threads_per_group != b.threads_per_group || a.bindings.size() != b.bindings.size() || !(desc_ == o->desc_) ||
+      emulator_object_ != o->emulator_object_)
     return false;
   for (size_t i = 0; i < a.bindings.size(); ++i)
     if (a.bindings[i].kind != b.bindings[i].kind || a.bindings[i].value != b.bindings[i].value) return false;

@@ -27,8 +27,13 @@ struct Binding {
 };
 
 struct Artifact {
-  std::string target;  // "msl", "cuda"
+  std::string target;  // "msl", "air", "cuda"
+  // How the Metal path loads it: "msl" (source compiled by Metal), "metallib" (library_path: an AIR
+  // metallib), "archive" (archive_path: a binary archive holding the pipeline of library_path's entry).
+  std::string route = "msl";
   std::string source;
+  std::string library_path;  // a .metallib in the cache (routes metallib and archive)
+  std::string archive_path;  // a binary archive in the cache (route archive)
   std::string entry;
   std::array<int64_t, 3> threadgroups{1, 1, 1};
   std::array<int64_t, 3> threads_per_group{1, 1, 1};

@@ -52,6 +52,39 @@ class AirCandidate:
         return self.schedule.grid(rows, cols)
 
 
+# The AIR variants that enter a tournament (mlx_metile.tune), by name: the MSL's spelling, then each
+# permission or spelling the seed asks to compare (docs/AIR.md's forms table says what each changes).
+FORMS: dict[str, AirForm] = {
+    "air": AirForm(),
+    "air:contract": AirForm(fast_math="contract"),
+    "air:fast": AirForm(fast_math="fast"),
+    "air:align-element": AirForm(align="element"),
+    "air:load-metadata": AirForm(load_metadata=True),
+    "air:unpack-vector": AirForm(unpack="vector"),
+    "air:convert-llvm": AirForm(convert="llvm"),
+    "air:convert-bits": AirForm(convert="bits"),
+}
+
+
+def form_named(name: str) -> AirForm:
+    if name not in FORMS:
+        raise ValueError(f"unknown AIR form {name!r}; known: {', '.join(FORMS)}")
+    return FORMS[name]
+
+
+def distinct_forms(spec: ProjectionSpec, schedule: Schedule) -> list[str]:
+    """The names of FORMS whose AIR of (spec, schedule) differs from every earlier one's (a dense
+    kernel's unpack and convert forms print the same module as the plain one)."""
+    seen: set[str] = set()
+    out = []
+    for name, form in FORMS.items():
+        text = air_candidate(spec, schedule, form).text
+        if text not in seen:
+            seen.add(text)
+            out.append(name)
+    return out
+
+
 @lru_cache(maxsize=128)
 def air_candidate(spec: ProjectionSpec, schedule: Schedule, form: AirForm | None = None) -> AirCandidate:
     """The kernel of `spec` under `schedule` as AIR in `form` (default: the MSL's spelling)."""

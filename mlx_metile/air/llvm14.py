@@ -7,19 +7,45 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from functools import lru_cache
 from pathlib import Path
 
 from .errors import ToolError
 
 LLVM14_BIN = Path("/usr/lib/llvm-14/bin")
+# Homebrew's llvm@14 kegs (macOS, Apple silicon and Intel), whose tools carry no -14 suffix
+LLVM14_KEGS = (Path("/opt/homebrew/opt/llvm@14/bin"), Path("/usr/local/opt/llvm@14/bin"))
 
 
 def tool14(name: str) -> str:
-    for cand in (f"{name}-14", str(LLVM14_BIN / name)):
+    for cand in (f"{name}-14", str(LLVM14_BIN / name), *(str(keg / name) for keg in LLVM14_KEGS)):
         found = shutil.which(cand) or (cand if Path(cand).is_file() else None)
         if found:
             return found
-    raise ToolError(f"LLVM 14's {name} is not installed: apt-get install llvm-14 (scripts/test does)")
+    raise ToolError(
+        f"LLVM 14's {name} is not installed: apt-get install llvm-14 (scripts/test does), or brew install llvm@14"
+    )
+
+
+@lru_cache(maxsize=1)
+def available() -> bool:
+    """Whether LLVM 14's llvm-as is installed (our AIR is assembled by it)."""
+    try:
+        tool14("llvm-as")
+    except ToolError:
+        return False
+    return True
+
+
+@lru_cache(maxsize=1)
+def version() -> str:
+    """llvm-as's version line (a compiler identity of our AIR builds), or why there is none."""
+    try:
+        done = subprocess.run([tool14("llvm-as"), "--version"], capture_output=True, text=True, timeout=60)
+    except (ToolError, OSError, subprocess.SubprocessError) as e:
+        return f"unavailable ({type(e).__name__})"
+    lines = [line.strip() for line in done.stdout.splitlines() if "version" in line.lower()]
+    return lines[0] if lines else done.stdout.strip()[:200]
 
 
 def _run(args: list[str], stdin: bytes, what: str) -> bytes:

@@ -33,6 +33,10 @@ from .errors import EncodingError, InterpretError, RewriteError
 from .floats import Model
 from .g13 import Decoded, Instruction, Src
 
+# The version of the rewrites and their checks: part of the key a patched archive is stored under
+# (a change to a rewrite or to what it is verified over makes every archive patched before stale).
+REWRITE_VERSION = 1
+
 F32_EDGES = (
     0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x7FC01234, 0x7FA00000,
     0xFF812345, 0x00000001, 0x807FFFFF, 0x00800000, 0x3F800000, 0xBF800000, 0x7F7FFFFF, 0x34000000,

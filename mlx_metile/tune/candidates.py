@@ -9,11 +9,20 @@ by, and a function (site, bucket) -> the candidates it admits there. Built in:
 - `cuda_schedule`: on CUDA, the schedule choose's rules give and its variants along the knobs
   that only move loads (tiles, batch, stages, minblocks, staged or direct loads; the SIMT
   schedule's warps and columns) - the settings MLX_METILE_CUDA_MMA_* / _TUNE as values;
-- `cuda_compiler`: on CUDA, the rules' schedule built by the other compiler (nvcc or NVRTC).
+- `cuda_compiler`: on CUDA, the rules' schedule built by the other compiler (nvcc or NVRTC);
+- `metal`: on Metal, the simdgroup schedule's MSL (the rules' schedule for a GPU without NAX);
+- `metal_nax`: on Metal where the target has NAX (GPU generation >= 17, macOS >= 26.2) and on the
+  emulator (which runs the MPP subset), the NAX rules' schedules: weights direct from device memory
+  into the fragments (`nax_direct`) and staged through threadgroup memory (`nax_staged`);
+- `air`: on Metal and the emulator, the simdgroup schedule as our AIR in each distinct form of
+  mlx_metile.air.candidate.FORMS, packed into a metallib (where LLVM 14's llvm-as is found); the
+  emulator runs the metallib's bitcode on the CPU;
+- `metal_archive`: on Metal with MLX_METILE_PATCHED_ARCHIVES, a GPU whose code the native room
+  decodes (G13) and LLVM 14: the plain AIR metallib with its pipeline's archive patched.
 
-Metal's kinds (simdgroup MSL, NAX, AIR, archives) register the same way. A candidate with a
-`route` runs through mlx_metile's own dispatch with that route forced (schedule.tuned.forcing), so
-what is timed is what a decided call runs; `extra` candidates are the user's functions.
+A candidate with a `route` runs through mlx_metile's own dispatch with that route forced
+(schedule.tuned.forcing), so what is timed is what a decided call runs; `extra` candidates are the
+user's functions.
 """
 
 from __future__ import annotations
@@ -25,10 +34,18 @@ from dataclasses import dataclass, replace
 
 import mlx.core as mx
 
-from .. import dispatch, settings
+from .. import dispatch, native, settings
+from ..air import llvm14
+from ..air.candidate import FORMS, distinct_forms
+from ..backends.metal_archive import ARCHIVE_FORM, launch_layout, rewrite_identity
+from ..codegen.air import AIR_VERSION
+from ..native.patching import CODECS
 from ..ops import fused_linear
-from ..schedule import Route, rules, tuned
+from ..schedule import Route, Schedule, rules, tuned
+from ..schedule.nax import has_nax, nax_schedule, unsupported
+from ..schedule.schedule import NAX_KINDS
 from ..settings import MMA_KNOBS, Settings
+from ..targets import MetalTarget
 from .site import Site
 
 Runner = Callable[[mx.array, "mx.array | None"], list[mx.array]]
@@ -229,3 +246,85 @@ def _cuda_compilers(site: Site, bucket: int) -> list[Candidate]:
         return []
     route = Route("cuda", f"cuda+{other}", compiler=other)
     return [Candidate(route.name, "cuda_compiler", route, identity=f"rules' schedule, {other}")]
+
+
+# -- Metal and the emulator ------------------------------------------------------------------
+def _metal(site: Site) -> bool:
+    return site.backend == "metal" and site.spec is not None and isinstance(site.target, MetalTarget)
+
+
+def _msl(site: Site) -> bool:
+    """Metal, or the emulator standing in for it (MSL and AIR run there)."""
+    return _metal(site) or (site.backend == "emulator" and site.spec is not None)
+
+
+def simdgroup_schedule(site: Site, bucket: int) -> Schedule:
+    """The rules' simdgroup schedule (whatever MLX_METILE_METAL_SCHEDULE asks): what the MSL, AIR
+    and archive candidates run."""
+    cfg = replace(settings.current(), metal_schedule="simdgroup")
+    return rules(site.spec, bucket, site.target, site.shape, cfg)
+
+
+def nax_schedules(site: Site, bucket: int) -> list[tuple[str, Schedule]]:
+    """(kind, Schedule) of the NAX candidates - the NAX rules' `nax_direct` and `nax_staged`
+    (schedule.nax) - where the target has NAX (a Metal GPU of generation >= 17 on macOS >= 26.2, or
+    the emulator) and the lowerings take the spec; none anywhere else."""
+    if not _msl(site) or not has_nax(site.target) or unsupported(site.spec) is not None:
+        return []
+    return [(kind, nax_schedule(site.spec, bucket, kind, site.target)) for kind in NAX_KINDS]
+
+
+@register("metal", 0.05)
+def _metal_msl(site: Site, bucket: int) -> list[Candidate]:
+    if not _metal(site):
+        return []
+    schedule = simdgroup_schedule(site, bucket)
+    return [Candidate("msl", "metal", Route("metal", "msl", schedule=schedule), identity=f"MSL {schedule!r}")]
+
+
+@register("metal_nax", 0.03)
+def _metal_nax(site: Site, bucket: int) -> list[Candidate]:
+    out = []
+    for kind, schedule in nax_schedules(site, bucket):
+        route = Route(site.backend, kind, schedule=schedule)
+        out.append(Candidate(kind, "metal_nax", route, identity=f"MSL with MPP matmul2d {schedule!r}"))
+    return out
+
+
+def air_forms(site: Site, bucket: int) -> list[str]:
+    """The distinct AIR forms of the site's simdgroup kernel (the plain one alone where it cannot be
+    rendered: its build fails the gate, with the reason)."""
+    try:
+        return distinct_forms(site.spec, simdgroup_schedule(site, bucket))
+    except Exception:  # (e.g. a statement the AIR dialect does not print: RenderError, recorded by the gate)
+        return ["air"]
+
+
+@register("air", 0.05)
+def _air(site: Site, bucket: int) -> list[Candidate]:
+    if not _msl(site) or not llvm14.available():
+        return []
+    schedule = simdgroup_schedule(site, bucket)
+    out = []
+    for name in air_forms(site, bucket):
+        route = Route(site.backend, name, schedule=schedule, build=name)
+        ident = f"AIR {'.'.join(map(str, AIR_VERSION))} {FORMS[name].describe()}, {llvm14.version()}, {schedule!r}"
+        out.append(Candidate(name, "air", route, identity=ident))
+    return out
+
+
+@register("metal_archive", 0.10)
+def _metal_archive(site: Site, bucket: int) -> list[Candidate]:
+    if not (_metal(site) and native.enabled() and site.target.generation in CODECS and llvm14.available()):
+        return []
+    schedule = simdgroup_schedule(site, bucket)
+    # the device, OS build and compiler are the decision's context (tune.identity); these, the rest
+    ident = (
+        f"patched archive of {ARCHIVE_FORM} ({FORMS[ARCHIVE_FORM].describe()}, {llvm14.version()}), launch "
+        f"{launch_layout(schedule)}, {rewrite_identity()}, {schedule!r}"
+    )
+    return [
+        Candidate(
+            "archive", "metal_archive", Route("metal", "archive", schedule=schedule, build="archive"), identity=ident
+        )
+    ]

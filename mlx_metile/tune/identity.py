@@ -18,7 +18,7 @@ TUNER_VERSION = 1
 
 # The package's files whose code makes the kernels or routes a call: a change to any of them
 # is a change to what a decision measured.
-_SOURCE_DIRS = ("ir", "formats", "schedule", "lower", "codegen", "backends", "emu")
+_SOURCE_DIRS = ("ir", "formats", "schedule", "lower", "codegen", "backends", "emu", "air", "native")
 _SOURCE_FILES = ("spec.py", "call.py", "dispatch.py", "pipeline.py", "artifact.py", "reference.py", "ops.py")
 
 
@@ -64,7 +64,7 @@ def device_identity(backend: str) -> dict:
         info = {}
     for key in ("memory_size", "max_recommended_working_set_size", "max_buffer_length"):
         info.pop(key, None)  # (sizes that vary with the machine's load, not its kind)
-    return {
+    out = {
         "backend": backend,
         "device": str(device),
         "device_info": info,
@@ -73,6 +73,18 @@ def device_identity(backend: str) -> dict:
         "machine": platform.machine(),
         "cpu": _cpu_name(),
     }
+    if backend == "metal":  # the GPU architecture and generation, macOS with its build, NAX (the C++ core's)
+        from ..backends.metal_device import device as metal_device
+
+        d = metal_device()
+        out["metal"] = {
+            "architecture": d.architecture,
+            "generation": d.generation,
+            "macos": list(d.macos),
+            "os_build": d.os_version,
+            "nax": d.nax,
+        }
+    return out
 
 
 def _cpu_name() -> str:
@@ -88,7 +100,8 @@ def _cpu_name() -> str:
 @lru_cache(maxsize=8)
 def compiler_identity(backend: str) -> dict:
     """The toolchain that built what runs: the C++ extension (the CPU path, and the emulator's
-    bridge), clang (the emulator), nvcc / NVRTC and the CUDA architecture."""
+    bridge), clang (the emulator), LLVM 14 (our AIR), the Metal compiler (the macOS build), nvcc /
+    NVRTC and the CUDA architecture."""
     ext = extension_path()
     out: dict = {"extension": None if ext is None else hashlib.sha256(ext.read_bytes()).hexdigest()[:24]}
     if backend == "emulator":
@@ -98,6 +111,14 @@ def compiler_identity(backend: str) -> dict:
             out["clang"] = _version_line([find_clang(), "--version"])
         except Exception as e:  # (no clang: the emulator candidate fails its gate, with the reason)
             out["clang"] = f"unavailable ({type(e).__name__})"
+    if backend in ("metal", "emulator"):  # our AIR builds: LLVM 14 assembles them
+        from ..air import llvm14
+
+        out["llvm14"] = llvm14.version()
+    if backend == "metal":  # the Metal compiler is the OS's: its build names it
+        from ..backends.metal_device import device as metal_device
+
+        out["metal"] = metal_device().os_version
     if backend == "cuda":
         from ..backends.cuda_compile import find_nvcc
         from ..backends.cuda_device import cuda_arch

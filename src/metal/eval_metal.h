@@ -1,7 +1,8 @@
-// The Metal evaluation path (macOS builds only): the artifact's MSL source is
-// built into a library through MLX's Metal device, and dispatched with the
-// artifact's bindings and grid on the stream's command encoder - MLX's own
-// extension pattern. Not compiled or run on Linux.
+// The Metal evaluation path (macOS builds only): the artifact's pipeline - its MSL source built
+// into a library through MLX's Metal device, an AIR metallib loaded from a path, or a pipeline
+// taken from a binary archive - dispatched with the artifact's bindings and grid on the stream's
+// command encoder: MLX's own extension pattern. Never compiled or run on Linux (tests/metal_host
+// checks its syntax against metal-cpp's headers only).
 #pragma once
 
 #include <vector>

@@ -7,6 +7,7 @@ import mlx.core as mx
 import pytest
 
 from mlx_metile import dispatch
+from mlx_metile.air.candidate import FORMS
 from mlx_metile.call import check
 from mlx_metile.pipeline import compile_projection
 from mlx_metile.schedule import Shape, choose
@@ -37,9 +38,11 @@ def test_on_the_cpu_native_and_the_cpp_path(weight):
     assert cs[0].route.native and cs[1].route.backend == "cpu" and cs[1].route.schedule is None
 
 
-def test_under_the_emulator_its_msl(weight, env):
+def test_under_the_emulator_its_msl_nax_and_the_air_forms(weight, env):
     env.set("MLX_METILE_EMULATE", "1")
-    assert [c.name for c in C.candidates(cpu_site([weight]), 4)] == ["native", "emulator"]
+    names = [c.name for c in C.candidates(cpu_site([weight]), 4)]
+    assert names[:4] == ["native", "emulator", "nax_direct", "nax_staged"]  # (the emulator's target has NAX)
+    assert names[4:] == list(FORMS)  # (an int4 kernel: every AIR form differs)
 
 
 def test_extras_follow_the_backend_s_candidates(weight):

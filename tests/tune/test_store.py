@@ -51,7 +51,8 @@ def test_a_decision_is_found_again_with_its_records_and_rejections(weight, store
     assert again.records["cpu"].ratio == pytest.approx(first.records["cpu"].ratio)
     assert again.records["mine"] == first.records["mine"]
     entry = store.get(first.key)
-    assert entry["route"] == {"backend": "cpu", "name": "cpu", "native": False, "schedule": None, "compiler": None}
+    assert entry["route"] == {"backend": "cpu", "name": "cpu", "native": False, "schedule": None, "compiler": None,
+                              "build": None}  # fmt: skip
     assert entry["context"]["bucket"] == 4 and entry["context"]["versions"]["tuner"] == identity.TUNER_VERSION
     assert [e["key"] for e in store.all()] == [first.key]
 
