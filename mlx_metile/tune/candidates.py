@@ -60,6 +60,7 @@ class Candidate:
     route: Route | None = None  # what the dispatch runs where it is chosen; None: not installable
     fn: Callable | None = None  # an extra candidate's function (fused_linear's arguments)
     identity: str = ""  # what keys it in the store (its route, or its function's code)
+    operand_rounding: bool = False  # its kernel rounds each dequantized weight to x's dtype (tolerance.OPERAND)
 
     def runner(self, site: Site) -> Runner:
         """x, residual -> the outputs as a list."""
@@ -287,7 +288,9 @@ def _metal_nax(site: Site, bucket: int) -> list[Candidate]:
     out = []
     for kind, schedule in nax_schedules(site, bucket):
         route = Route(site.backend, kind, schedule=schedule)
-        out.append(Candidate(kind, "metal_nax", route, identity=f"MSL with MPP matmul2d {schedule!r}"))
+        # matmul2d's operands are x's dtype: each dequantized weight is rounded to it first
+        ident = f"MSL with MPP matmul2d {schedule!r}"
+        out.append(Candidate(kind, "metal_nax", route, identity=ident, operand_rounding=True))
     return out
 
 

@@ -24,7 +24,7 @@ import mlx.core as mx
 import numpy as np
 
 from .site import Site
-from .tolerance import ACCUMULATION, FLOOR, INTERMEDIATE, ROUNDING, SLOPE
+from .tolerance import ACCUMULATION, FLOOR, INTERMEDIATE, OPERAND, ROUNDING, SLOPE
 
 Runner = Callable[[mx.array, "mx.array | None"], list[mx.array]]
 
@@ -107,22 +107,25 @@ def _gelu_approx64(v):
 EPILOGUES64 = {"silu": _silu64, "gelu": _gelu64, "gelu_approx": _gelu_approx64}
 
 
-def reference(site: Site, draw: Draw) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def reference(site: Site, draw: Draw, operand_rounding: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(float64 outputs, each element's bound) of a draw: the stock composition's formulas in
-    float64 on the exactly dequantized weights, and tolerance.py's bound for the output dtype."""
+    float64 on the exactly dequantized weights, and tolerance.py's bound for the output dtype
+    (`operand_rounding`: with the term of weights rounded to x's dtype)."""
     x = _f64(draw.x)
     ax = np.abs(np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0))
     zs, mags, errs = [], [], []
     with np.errstate(all="ignore"):
-        for w, b in zip(site.weights64, site.biases64):
+        for w, b, given in zip(site.weights64, site.biases64, site.weights):
             z = x @ w.T
             mag = ax @ np.abs(w).T
+            exact = isinstance(given, mx.array) and given.dtype == draw.x.dtype
+            operand = 0.0 if not operand_rounding or exact else OPERAND[draw.x.dtype]
             if b is not None:
                 z = z + b
                 mag = mag + np.abs(b)
             zs.append(z)
             mags.append(mag)
-            errs.append(ACCUMULATION * site.K * mag)
+            errs.append((ACCUMULATION * site.K + operand) * mag)
         if site.epilogue == "swiglu":
             g, u = zs
             s = _silu64(g)
@@ -244,8 +247,11 @@ def gate(
     rng: np.random.Generator,
     count: int = 3,
     invariant: bool = False,
+    rounding: dict[str, bool] | None = None,
 ) -> dict[str, GateResult]:
-    """Each runner's gate result over the same draws (the native one is compared, never gated)."""
+    """Each runner's gate result over the same draws (the native one is compared, never gated);
+    `rounding`: the runners whose kernels round their weights to x's dtype (tolerance.OPERAND)."""
+    rounding = rounding or {}
     results: dict[str, GateResult] = {}
     failed: dict[str, str] = {}
     worst = dict.fromkeys(runners, 0.0)
@@ -253,6 +259,7 @@ def gate(
         stock = site.stock(d.x, d.residual)
         mx.eval(stock)
         want, bounds = reference(site, d)
+        rounded = reference(site, d, operand_rounding=True)[1] if any(rounding.values()) else bounds
         for name, run in runners.items():
             if name in failed:
                 continue
@@ -262,7 +269,8 @@ def gate(
             except Exception as e:  # a candidate that fails to build or run is rejected, with why
                 failed[name] = f"error: {type(e).__name__}: {_first_line(e)}"
                 continue
-            reason, w = check_outputs(f"accuracy, {d.label}", got, stock, want, bounds)
+            bound = rounded if rounding.get(name) else bounds
+            reason, w = check_outputs(f"accuracy, {d.label}", got, stock, want, bound)
             worst[name] = max(worst[name], w)
             if reason is not None:
                 failed[name] = reason

@@ -159,7 +159,8 @@ def decide(
     if progress:
         progress(f"{site.describe()}, rows <= {bucket}: gating {len(cands)} candidates", False)
     runners = {c.name: c.runner(site) for c in cands}
-    results = gates.gate(site, runners, bucket, rng, draws, invariant)
+    rounding = {c.name: c.operand_rounding for c in cands}
+    results = gates.gate(site, runners, bucket, rng, draws, invariant, rounding)
     records: dict[str, Record] = {}
     rejected: dict[str, str] = {}
     for c in cands:
