@@ -54,9 +54,18 @@ def table(report: dict, mode: str) -> str:
             "31 us); so the host is the limit only where the GPU's own time is known to be shorter.",
             "",
         ]
+    untuned = any(f"{mode}_untuned" in c for c in report["cases"])
+    if untuned:
+        lines += [
+            "Rules: mlx-metile with the hand rules alone (MLX_METILE_CUDA_DECISIONS=off) in the same run; the "
+            "mlx-metile columns are the decisions file's routes (a native decision runs stock MLX's composition).",
+            "",
+        ]
     head = "| shape | format | rows | mlx-metile us | GB/s | of roofline |"
     head += " read floor GB/s | of floor |" if floors else ""
-    head += " stock MLX us | GB/s | speedup | PyTorch GB/s | vs PyTorch |"
+    head += " stock MLX us | GB/s | speedup |"
+    head += " rules us | rules GB/s | rules speedup |" if untuned else ""
+    head += " PyTorch GB/s | vs PyTorch |"
     lines += [head, "|" + "---|" * (head.count("|") - 1)]
     for c in report["cases"]:
         if mode not in c:
@@ -67,6 +76,7 @@ def table(report: dict, mode: str) -> str:
             f"{r['gbs_ours'] * 1e9 / roof:.0%} | "
             + (floor_cells(c.get(floor_key, {}), r["t_ours"]) if floors else "")
             + f"{us(r['t_stock'], r.get('host_stock'))} | {r['gbs_stock']:.0f} | {r['speedup']:.2f}x | "
+            + (rules_cells(c.get(f"{mode}_untuned")) if untuned else "")
             + (f"{c['torch']['gbs']:.0f} | {c['torch']['t'] / r['t_ours']:.2f}x |" if "torch" in c else "- | - |")
         )
     fused = report.get("fused", {})
@@ -92,6 +102,12 @@ HOST_MARK = "(h)"
 def us(t: float, host: float | None) -> str:
     """A time in us, marked where its part before `mx.async_eval` returned was at least HOST_BOUND."""
     return f"{t * 1e6:.1f}" + (f" {HOST_MARK}" if host is not None and host >= HOST_BOUND * t else "")
+
+
+def rules_cells(r: dict | None) -> str:
+    if not r:
+        return "- | - | - | "
+    return f"{us(r['t_ours'], r.get('host_ours'))} | {r['gbs_ours']:.0f} | {r['speedup']:.2f}x | "
 
 
 def floor_cells(floor: dict, t_ours: float) -> str:
