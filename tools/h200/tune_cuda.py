@@ -6,10 +6,11 @@ and written as a decisions file - what the package ships as schedule/tables/cuda
         [--budget S] [--precompile]
 
 DIR gets decisions.sqlite3, cuda_decisions.json and tournaments.txt (every decision with its
-records and rejections). --precompile, on a machine without a GPU: every candidate is compiled into
-the kernel cache (MLX_METILE_CACHE; tools/h200/precompile.py says how it travels) and nothing is
-timed - the launches return zeros, so every gate fails there, as expected.
-The decisions file the package ships is this run's, copied by hand after reading tournaments.txt.
+records and rejections). --precompile, on a machine without a GPU: every candidate is compiled once
+into the kernel cache (MLX_METILE_CACHE; tools/h200/precompile.py says how it travels), nothing gated
+or timed. A decisions file the package ships (schedule/tables/cuda_decisions.json) is a run's file,
+copied by hand once a benchmark of its routes against the rules (tools/h200/tuned_vs_rules.sh) shows
+they pay.
 """
 
 from __future__ import annotations
