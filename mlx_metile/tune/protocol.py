@@ -74,6 +74,11 @@ class Protocol:
     # more than the GPU's L2 (the H200's is 60 MB) streams them from memory, as a model's layers
     # do; 0 times the site's weights alone
     pool_bytes: int = 0
+    # products per timed call, each taking the previous one's output, compiled (mx.compile) and
+    # evaluated once - as a model's projections run one after another inside one evaluation; 0: one
+    # product per call, evaluated on its own (which times MLX's per-evaluation costs too). With a
+    # chain, an `extra` candidate must be traceable by mx.compile (no host reads of its arrays).
+    chain: int = 0
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.quantile < 1.0:
@@ -89,6 +94,8 @@ class Protocol:
             )
         if self.min_sample_s <= 0 or self.max_batch < 1 or self.finalists < 1 or self.budget_s <= 0:
             raise ValueError("min_sample_s, max_batch, finalists, budget_s: expected positive values")
+        if self.chain < 0:
+            raise ValueError(f"chain: expected a product count >= 0, got {self.chain}")
         if self.pool_bytes < 0:
             raise ValueError(f"pool_bytes: expected a byte count >= 0, got {self.pool_bytes}")
 

@@ -16,6 +16,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
 import mlx.core as mx
 import numpy as np
@@ -180,9 +181,10 @@ def decide(
     x, residual = site.draw(bucket, rng)
     pool = site.pool(protocol.pool_bytes)
     native_runs = [runners[NATIVE]] + [by_name[NATIVE].runner(p) for p in pool[1:]]
-    fns = {c.name: _timed_call([runners[c.name]] + [c.runner(p) for p in pool[1:]], x, residual) for c in timed}
+    timer = _timed_call if not protocol.chain else partial(_chained_call, length=protocol.chain)
+    fns = {c.name: timer([runners[c.name]] + [c.runner(p) for p in pool[1:]], x, residual) for c in timed}
     outcome = compete(
-        _timed_call(native_runs, x, residual), fns, {c.name: margin_of(c.family) for c in timed}, protocol, clock
+        timer(native_runs, x, residual), fns, {c.name: margin_of(c.family) for c in timed}, protocol, clock
     )
     del pool, native_runs
     q = protocol.quantile
@@ -231,6 +233,27 @@ def _timed_call(runs: list, x, residual):
         run = runs[turn[0] % len(runs)]
         turn[0] += 1
         mx.eval(run(x, residual))
+
+    return call
+
+
+def _chained_call(runs: list, x, residual, length: int):
+    """One compiled evaluation of `length` products per invocation, each x the previous x plus 0 times
+    the previous output's first element (bench/cases.py's chain), each product with the next of the
+    pool's weights. Traced once (the first, compile-timed call), with the candidate's route forced."""
+
+    def chained(x0):
+        xx, outs = x0, []
+        for i in range(length):
+            ys = runs[i % len(runs)](xx, residual)
+            outs += ys
+            xx = xx + 0 * ys[0].reshape(-1)[:1].astype(xx.dtype)
+        return outs
+
+    compiled = mx.compile(chained)
+
+    def call():
+        mx.eval(compiled(x))
 
     return call
 

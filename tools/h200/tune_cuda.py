@@ -81,6 +81,7 @@ def main() -> int:
     ap.add_argument("--formats", nargs="*", default=FORMATS, choices=list(cases.FORMATS))
     ap.add_argument("--rows", nargs="*", type=int, default=ROWS)
     ap.add_argument("--budget", type=float, default=20.0, help="seconds of timing per tournament at most")
+    ap.add_argument("--chain", type=int, default=16, help="products per timed evaluation, chained (0: one each)")
     ap.add_argument("--deadline", type=float, default=0, help="start no new shape and format after S seconds")
     ap.add_argument("--precompile", action="store_true", help="compile the candidates only (no GPU)")
     args = ap.parse_args()
@@ -93,8 +94,11 @@ def main() -> int:
     KINDS.pop("cuda_compiler", None)
     args.out.mkdir(parents=True, exist_ok=True)
     store = Store(args.out / "decisions.sqlite3")
-    # the timed calls rotate through weights 8x the H200's L2, as bench/h200.py's pools
-    protocol = Protocol(budget_s=args.budget, max_rounds=12, confirm_max_rounds=12, pool_bytes=cases.POOL_BYTES)
+    # the timed calls rotate through weights 8x the H200's L2, as bench/h200.py's pools, chained
+    # and compiled as its chained mode (the per-call regime's decisions did not carry to it)
+    protocol = Protocol(
+        budget_s=args.budget, max_rounds=12, confirm_max_rounds=12, pool_bytes=cases.POOL_BYTES, chain=args.chain
+    )
     decisions, t0 = [], time.perf_counter()
     with open(args.out / "tournaments.txt", "a") as log:
         for name, K, widths, epilogue, residual in sites(args.shapes):
