@@ -52,6 +52,18 @@ def word_unit(bits: int) -> int:
     return max(4, 32 // math.gcd(bits, 32))
 
 
+def whole_groups(spec: ProjectionSpec, vk: int, u: int) -> int:
+    """`u` raised to a multiple of every quantization group smaller than VK (groups and U are
+    powers of two). A group of VK k starts each column group's VK k, so its scale index is one
+    load per K step; a smaller group spans U-chunks or whole ones, and only in whole ones is its
+    index `vw U / g + u / g` an exact expression, one load per group (else it is reloaded for
+    every k, 16x over for nvfp4's group 16 in 8-k stages)."""
+    for w in spec.weights:
+        if w.quantized and w.group_size < vk:
+            u = math.lcm(u, w.group_size)
+    return u
+
+
 def staged_bytes(spec: ProjectionSpec, SG: int, NC: int, U: int, row_pad: int) -> int:
     """Threadgroup memory of the staged weights: per accumulator, BN rows of one stage's 4 U k
     (the four column groups' U k each) in the operand dtype, each row padded by row_pad bytes."""
@@ -82,11 +94,12 @@ def nax_schedule(spec: ProjectionSpec, bucket: int, kind: str, target: Target) -
     vk = k_per_lane(spec)  # whole groups (one scale per column group) and whole 16 bytes
     if kind == "nax_direct":
         # a lane's U k of a column at a time: 16 bytes of the widest-packed weight
-        u = min(vk, max(values_per_16_bytes(w.bits, w.dtype) for w in spec.weights))
+        u = whole_groups(spec, vk, min(vk, max(values_per_16_bytes(w.bits, w.dtype) for w in spec.weights)))
         sg, pad = SIMD_GROUPS, 0
     else:
-        # a stage holds each column group's fewest whole words, keeping threadgroup memory small
-        u = max(word_unit(w.bits) for w in spec.weights)
+        # a stage holds each column group's fewest whole words (and whole groups, where smaller
+        # than VK), keeping threadgroup memory small
+        u = whole_groups(spec, vk, max(word_unit(w.bits) for w in spec.weights))
         sg, pad = SIMD_GROUPS, ROW_PAD
         while sg > 1 and staged_bytes(spec, sg, FRAGMENT_N, u, pad) > target.threadgroup_memory:
             sg //= 2

@@ -72,6 +72,34 @@ def test_staged_weights_fit_threadgroup_memory(bits):
         assert s.row_pad == 16 and lower_projection(spec, s).threads_per_group == 32 * s.SG
 
 
+NV4, MX8, Q8G64 = (
+    WeightFormat("u8", 4, 16, mode="nvfp4"),
+    WeightFormat("u8", 8, 32, mode="mxfp8"),
+    WeightFormat("bf16", 8, 64),
+)
+SMALL_GROUPS = {
+    "nvfp4": ProjectionSpec("f16", (NV4,)),
+    "nvfp4_swiglu": ProjectionSpec("bf16", (NV4, NV4), "swiglu"),
+    "mxfp8_q8g64": ProjectionSpec("bf16", (MX8, Q8G64)),
+    "q2g32": ProjectionSpec("bf16", (WeightFormat("bf16", 2, 32),)),
+}
+
+
+@pytest.mark.parametrize("name", list(SMALL_GROUPS))
+@pytest.mark.parametrize("policy", ["nax_direct", "nax_staged"])
+def test_groups_smaller_than_vk_are_whole_per_chunk(name, policy):
+    """U, the k a chunk takes of each column group, is a multiple of every group smaller than
+    VK, so a group's scale (and bias) index is exact and loaded once (the byte counts in
+    test_nax_emulated.py show it); the staged weights still fit."""
+    spec = SMALL_GROUPS[name]
+    s = nax_schedule(spec, 32, policy, EMULATOR)
+    small = [w.group_size for w in spec.weights if w.group_size < s.VK]
+    assert small and s.VK % s.U == 0 and all(s.U % g == 0 for g in small), (s.VK, s.U, small)
+    if policy == "nax_staged":
+        assert staged_bytes(spec, s.SG, s.NC, s.U, s.row_pad) <= EMULATOR.threadgroup_memory
+    assert lower_projection(spec, s).threads_per_group == 32 * s.SG
+
+
 @pytest.mark.parametrize(
     "changes,message",
     [

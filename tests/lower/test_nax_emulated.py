@@ -69,8 +69,35 @@ def cases() -> dict[str, Case]:
     }
 
 
+def more_cases() -> dict[str, Case]:
+    """The other formats and fusions, on fewer rows (test_more_formats_against_float64): affine 2,
+    5 and 6 bits (5 and 6 straddle words; 6 at group 128, K = 256 a tail of its K step of 512),
+    nvfp4 (group 16 under VK 32; K = 160, a tail of 128), SiLU, and q/k/v of three formats in one
+    call - mxfp8 (group 32 under the 8-bit group 64's VK 64), affine 8-bit, dense bf16."""
+    xb = rand((32, 192), BF, 31)
+    return {
+        "int2_g64": Case(xb, [quantized_weight(37, 192, BF, 2, 64, 32)], [None]),
+        "int5_g64_f16_bias": Case(
+            rand((32, 192), F16, 33), [quantized_weight(40, 192, F16, 5, 64, 34)], [rand((40,), F16, 35)]
+        ),
+        "int6_g128": Case(rand((32, 256), BF, 36), [quantized_weight(24, 256, BF, 6, 128, 37)], [None]),
+        "nvfp4_f16": Case(rand((32, 160), F16, 40), [microscaled_weight(24, 160, F16, "nvfp4", 41)], [None]),
+        "dense_f16_silu": Case(rand((32, 48), F16, 42), [rand((24, 48), F16, 43, 0.2)], [None], "silu"),
+        "qkv_mxfp8_int8_dense_bias": Case(
+            xb,
+            [
+                microscaled_weight(32, 192, BF, "mxfp8", 44),
+                quantized_weight(8, 192, BF, 8, 64, 45),
+                rand((8, 192), BF, 46, 0.2),
+            ],
+            [rand((32,), BF, 47), None, rand((8,), BF, 48)],
+        ),  # fmt: skip
+    }
+
+
 CASES = cases()
-for _c in CASES.values():
+MORE = more_cases()
+for _c in [*CASES.values(), *MORE.values()]:
     _c.operand_rounding = True
 GEMM = {"int4_g64", "swiglu_int4_g64"}  # also run above 32 rows (BM 64: one and two row blocks)
 
@@ -105,10 +132,35 @@ def test_against_float64_and_rows_invariant(name, policy, env):
                 np.testing.assert_array_equal(o[r], alone[r][i], err_msg=f"{policy}: row {r} of {n}, output {i}")
 
 
-@pytest.mark.parametrize("name", ["int4_g64", "dense_bf16_oddK_bias", "swiglu_int4_g64"])
+@pytest.mark.parametrize("name", list(MORE))
+@pytest.mark.parametrize("policy", POLICIES)
+def test_more_formats_against_float64(name, policy, env):
+    """Rows 1 (BM 16) and 17 (BM 32) only: the row tiles' code is the same for every format."""
+    case = MORE[name]
+    _nax(env, policy)
+    with mt.trace() as t:
+        for r in (1, 17):
+            check(case, r)
+    kernels = [rec.kernel for rec in t]
+    assert len(kernels) == 2 and all(rec.backend == "emulator" and f"_{policy}_m" in rec.kernel for rec in t), kernels
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_more_formats_rows_invariant(policy, env):
+    """5-bit affine (words straddled) with a bias: rows 0, 8, 16 alone (BM 16) equal bit for bit
+    to the same rows among 17 (BM 32)."""
+    case = MORE["int5_g64_f16_bias"]
+    _nax(env, policy)
+    together = bits(_outs(case, 0, 17)[0])
+    for r in (0, 8, 16):
+        np.testing.assert_array_equal(together[r], bits(_outs(case, r, r + 1)[0])[0], err_msg=f"{policy}: row {r}")
+
+
+@pytest.mark.parametrize("name", ["int4_g64", "dense_bf16_oddK_bias", "swiglu_int4_g64", "nvfp4_f16"])
 def test_direct_and_staged_give_the_same_bits(name, env):
-    """The two policies feed matmul2d the same operands in the same order."""
-    case = CASES[name]
+    """The two policies feed matmul2d the same operands in the same order (nvfp4: with U 32 in
+    direct, 16 in staged)."""
+    case = {**CASES, **MORE}[name]
     got = {}
     for policy in POLICIES:
         _nax(env, policy)
@@ -148,13 +200,26 @@ def _buffers(case: Case, rows: int) -> tuple[dict[str, np.ndarray], list[str]]:
 @pytest.mark.parametrize("name", BYTE_CASES)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_weights_read_once_per_call(name, policy, env):
-    case = CASES[name]
+    _check_bytes(CASES[name], policy, (1, 2, 4, 8, 16, 17, 32), env)
+
+
+# a microscaled mode with group 16, 5 and 6 bits (straddling words), three formats in one call
+MORE_BYTE_CASES = ["nvfp4_f16", "int5_g64_f16_bias", "int6_g128", "qkv_mxfp8_int8_dense_bias"]
+
+
+@pytest.mark.parametrize("name", MORE_BYTE_CASES)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_more_formats_weights_read_once_per_call(name, policy, env):
+    _check_bytes(MORE[name], policy, (1, 17, 32), env)
+
+
+def _check_bytes(case: Case, policy: str, row_counts: tuple[int, ...], env) -> None:
     env.set("MLX_METILE_METAL_SCHEDULE", policy)
     c = calls.check("fused_linear", case.x, case.weights, case.biases, case.epilogue, case.residual)
     spec = dispatch.spec_of(c, EMULATOR, None)
     assert spec.k_multiple == math.gcd(c.K, 64)
     ns = list(c.Ns)
-    for rows in (1, 2, 4, 8, 16, 17, 32):
+    for rows in row_counts:
         artifact = compile_projection(spec, choose(spec, rows, EMULATOR, Shape(c.K, c.columns)), "msl")
         assert artifact.schedule.kind == policy
         bufs, weight_names = _buffers(case, rows)
@@ -169,6 +234,6 @@ def test_weights_read_once_per_call(name, policy, env):
         )
         for wname in weight_names:
             got, size = stats.bytes_read[order.index(wname)], bufs[wname].nbytes
-            assert size <= got <= 1.05 * size, f"{policy} {name} rows={rows}: {wname} read {got} of {size} bytes"
+            assert size <= got <= 1.05 * size, f"{policy} rows={rows}: {wname} read {got} of {size} bytes"
         for j in range(len(out_ns)):
             assert stats.bytes_written[order.index(f"y{j}")] == bufs[f"y{j}"].nbytes
