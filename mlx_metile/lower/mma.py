@@ -42,6 +42,7 @@ docs/SCHEDULES.md, "mma" and "mma: microscaled weights".
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..codegen.ast import (
@@ -591,6 +592,44 @@ class MMALowering(Lowering):
 
         return pair(p), pair(p + 1)
 
+    # -- rows of x holding an Inf or a NaN ---------------------------------------------
+    def exact_rows(self, value: Callable[[int, int, int, int], Expr]) -> list:
+        """Affine weights: the factored sums s * sum(q x) + b * sum(x) give inf - inf (or inf * 0
+        where q = 0) in a row whose x holds an Inf, where the dequantized weights' sum is +-Inf.
+        Such a row's outputs are never finite (its group sums of x are not, times any bias), so
+        each output not finite is recomputed from the weights dequantized one by one (codegen/cuda.py
+        EXACT_ROW_HELPERS), before the epilogue; finite outputs keep their bits. `value(j, tile,
+        r, e)`: the lane's sum of element e of row tile r of tile `tile` of accumulator j."""
+        w = self.spec.weights[0]
+        if not w.affine or self.norm:  # (a fused RMSNorm's 1 / rms of such a row is 0: NaN, as float64's)
+            return []
+        self.use_helper("cuda_exact_rows")
+        words_row = P(V("K") / (32 // w.bits)) if 32 % w.bits == 0 else P(V("K") * w.bits / 32)
+        out: list = []
+        for j in range(self.nacc):
+            members = self.members(j)
+            for tile in range(self.tiles):
+                for r in range(self.rt):
+                    for e in range(4):
+                        v, h = value(j, tile, r, e), "a" if e < 2 else "b"
+                        row = P(V("pid1") * self.s.BM + V("t") * 2 + (8 * r + (e & 1)))
+                        xrow = V("x") + Cast("size", row) * V("K")
+                        fixes: list = []
+                        for i in members:
+                            local = Cast("size", V(f"n{tile}{h}_{i}"))
+                            args = (
+                                Const(w.bits),
+                                xrow,
+                                V(f"w{i}") + local * words_row,
+                                V(f"scales{i}") + local * P(V("K") / w.group_size),
+                                V(f"biases{i}") + local * P(V("K") / w.group_size),
+                                V("K"),
+                                Const(w.group_size),
+                            )
+                            fixes.append(If(V(f"ok{tile}{h}_{i}"), [Assign(v, Call("affine_dot", args))], braces=False))
+                        out.append(If(Call("nonfinite", (v,)).and_(row.lt(V("M"))), fixes))
+        return out
+
     # -- the K loop ---------------------------------------------------------------
     def k_loop(self, nacc: int) -> list:
         """Each iteration: a batch's loads, then its math. With scale_vector the
@@ -718,7 +757,7 @@ class MMALowering(Lowering):
                 for r in range(rt)
                 for e in range(4)
             ]
-        finish.body += sums
+        finish.body += sums + self.exact_rows(lambda j, tile, r, e: V(f"fin{j}").at(tile, r, e))
         for tile in range(tiles):
             for r in range(rt):
                 for e in range(4):
