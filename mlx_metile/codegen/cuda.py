@@ -177,16 +177,20 @@ __device__ __forceinline__ bool metile_nonfinite(float v) {
   return (__float_as_uint(v) & 0x7F800000u) == 0x7F800000u;
 }
 template <int BITS, typename X, typename S>
-__device__ __noinline__ float metile_affine_dot(const X* x, const unsigned* w, const S* s, const S* b, int K,
-                                                int group) {
+__device__ __noinline__ float metile_affine_dot(const X* x, const unsigned* w, const S* s, const S* b, int row, int col,
+                                                int K, int group) {
+  const X* xr = x + static_cast<size_t>(row) * K;
+  const unsigned* wr = w + static_cast<size_t>(col) * K * BITS / 32;
+  const S* sr = s + static_cast<size_t>(col) * (K / group);
+  const S* br = b + static_cast<size_t>(col) * (K / group);
   float acc = 0.0f;
   for (int k = 0; k < K; ++k) {
     const unsigned bit = static_cast<unsigned>(k) * BITS, at = bit >> 5, sh = bit & 31u;
-    unsigned q = w[at] >> sh;
-    if (sh + BITS > 32u) q |= w[at + 1] << (32u - sh);  // a value straddling two words
+    unsigned q = wr[at] >> sh;
+    if (sh + BITS > 32u) q |= wr[at + 1] << (32u - sh);  // a value straddling two words
     q &= (1u << BITS) - 1u;
-    const float wk = fmaf(metile_f32(s[k / group]), static_cast<float>(q), metile_f32(b[k / group]));
-    acc = fmaf(metile_f32(x[k]), wk, acc);
+    const float wk = fmaf(metile_f32(sr[k / group]), static_cast<float>(q), metile_f32(br[k / group]));
+    acc = fmaf(metile_f32(xr[k]), wk, acc);
   }
   return acc;
 }"""
@@ -245,7 +249,7 @@ class CUDARenderer(CStyleRenderer):
         "qpair_f16": "metile_qpair_f16({0}, {1})",
         # EXACT_ROW_HELPERS
         "nonfinite": "metile_nonfinite({0})",
-        "affine_dot": "metile_affine_dot<{0}>({1}, {2}, {3}, {4}, {5}, {6})",
+        "affine_dot": "metile_affine_dot<{0}>({1}, {2}, {3}, {4}, {5}, {6}, {7}, {8})",
         # MICROSCALING_HELPERS
         "e2m1_bf16": "metile_e2m1_bf16({0}, {1})",
         "e2m1_f16": "metile_e2m1_f16({0}, {1})",

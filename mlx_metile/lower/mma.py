@@ -604,29 +604,25 @@ class MMALowering(Lowering):
         if not w.affine or self.norm:  # (a fused RMSNorm's 1 / rms of such a row is 0: NaN, as float64's)
             return []
         self.use_helper("cuda_exact_rows")
-        words_row = P(V("K") / (32 // w.bits)) if 32 % w.bits == 0 else P(V("K") * w.bits / 32)
         out: list = []
         for j in range(self.nacc):
             members = self.members(j)
             for tile in range(self.tiles):
                 for r in range(self.rt):
                     for e in range(4):
-                        v, h = value(j, tile, r, e), "a" if e < 2 else "b"
+                        v = value(j, tile, r, e)
+                        # row and column from the block and lane (not the loop's registers)
                         row = P(V("pid1") * self.s.BM + V("t") * 2 + (8 * r + (e & 1)))
-                        xrow = V("x") + Cast("size", row) * V("K")
+                        col = self.col_base() + (TILE * tile + 8 * (e >> 1)) + V("g")
                         fixes: list = []
+                        base: Expr = Const(0)
                         for i in members:
-                            local = Cast("size", V(f"n{tile}{h}_{i}"))
-                            args = (
-                                Const(w.bits),
-                                xrow,
-                                V(f"w{i}") + local * words_row,
-                                V(f"scales{i}") + local * P(V("K") / w.group_size),
-                                V(f"biases{i}") + local * P(V("K") / w.group_size),
-                                V("K"),
-                                Const(w.group_size),
-                            )
-                            fixes.append(If(V(f"ok{tile}{h}_{i}"), [Assign(v, Call("affine_dot", args))], braces=False))
+                            local = P(col - P(base)) if len(members) > 1 else col
+                            args = (Const(w.bits), V("x"), V(f"w{i}"), V(f"scales{i}"), V(f"biases{i}"))
+                            dot = Call("affine_dot", (*args, row, local, V("K"), Const(w.group_size)))
+                            inside = local.ge(0).and_(local.lt(V(f"N{i}"))) if len(members) > 1 else col.lt(V(f"N{i}"))
+                            fixes.append(If(inside, [Assign(v, dot)], braces=False))
+                            base = base + V(f"N{i}")
                         out.append(If(Call("nonfinite", (v,)).and_(row.lt(V("M"))), fixes))
         return out
 
