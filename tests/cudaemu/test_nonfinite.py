@@ -124,18 +124,21 @@ def test_affine_tensor_core_rows_with_inf_get_the_float64_class(env, spec, K, N,
         sub.invariant(got, f"{which} with Inf", layout=layout, bucket=1)
 
 
-WITHOUT_BIAS = [  # (spec, K, N): no bias term, no recomputation: the products propagate as they are
-    (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 512, 48),
-    (ProjectionSpec("bf16", (WeightFormat("u8", 4, 32, False, "f32", "mxfp4"),), k_multiple=256), 512, 40),
+AS_IS = [  # (spec, K, N, kind): no recomputation - no bias term, or each weight dequantized (SIMT)
+    (ProjectionSpec("bf16", (WeightFormat("bf16"),), k_multiple=256), 512, 48, "mma"),
+    (ProjectionSpec("bf16", (WeightFormat("u8", 4, 32, False, "f32", "mxfp4"),), k_multiple=256), 512, 40, "mma"),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 3, 32),), k_multiple=256), 512, 40, "simd_splitk"),
 ]
 
 
-@pytest.mark.parametrize("spec,K,N", WITHOUT_BIAS, ids=["dense", "mxfp4"])
-def test_dense_and_microscaled_rows_with_inf_get_the_float64_class(spec, K, N):
+@pytest.mark.parametrize("spec,K,N,kind", AS_IS, ids=["dense", "mxfp4", "simt_q3g32"])
+def test_dense_microscaled_and_simt_rows_with_inf_get_the_float64_class(spec, K, N, kind):
+    """Dense and mxfp4 weights on the tensor cores (0 * Inf is NaN at a zero weight, as in
+    float64) and the SIMT kernel of affine 3-bit weights propagate as float64 without a slow path."""
     case = Case(spec, K, N, rows=5)
     poison(case)
     art = kernel(spec, 8, ONE_TILE)
-    assert art.schedule.kind == "mma" and "metile_affine_dot" not in art.source
+    assert art.schedule.kind == kind and "metile_affine_dot" not in art.source, art.schedule.describe()
     check_classes(case, case.run(8, 5), 5, spec.name())
 
 
