@@ -165,7 +165,38 @@ __device__ __forceinline__ unsigned metile_qpair_f16(unsigned lo, unsigned hi) {
   return *reinterpret_cast<const unsigned*>(&r);
 }"""
 
+# Rows of x holding an Inf or a NaN in the affine tensor-core kernels (lower/mma.py, exact_rows):
+# there the factored sums s * sum(q x) + b * sum(x) give inf - inf, or inf * 0 where q = 0. An
+# output that is not finite is recomputed here - each weight dequantized, fmaf(s, q, b) in f32 (zero
+# only where s * q + b is), before its product with x, in k order - so that it is NaN, +Inf or
+# -Inf as the sum over the dequantized weights is. Not inlined: rare rows, one copy of the loop.
+EXACT_ROW_HELPERS = """__device__ __forceinline__ float metile_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float metile_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float metile_f32(float v) { return v; }
+__device__ __forceinline__ bool metile_nonfinite(float v) {
+  return (__float_as_uint(v) & 0x7F800000u) == 0x7F800000u;
+}
+template <int BITS, typename X, typename S>
+__device__ __noinline__ float metile_affine_dot(const X* x, const unsigned* w, const S* s, const S* b, int row, int col,
+                                                int K, int group) {
+  const X* xr = x + static_cast<size_t>(row) * K;
+  const unsigned* wr = w + static_cast<size_t>(col) * K * BITS / 32;
+  const S* sr = s + static_cast<size_t>(col) * (K / group);
+  const S* br = b + static_cast<size_t>(col) * (K / group);
+  float acc = 0.0f;
+  for (int k = 0; k < K; ++k) {
+    const unsigned bit = static_cast<unsigned>(k) * BITS, at = bit >> 5, sh = bit & 31u;
+    unsigned q = wr[at] >> sh;
+    if (sh + BITS > 32u) q |= wr[at + 1] << (32u - sh);  // a value straddling two words
+    q &= (1u << BITS) - 1u;
+    const float wk = fmaf(metile_f32(sr[k / group]), static_cast<float>(q), metile_f32(br[k / group]));
+    acc = fmaf(metile_f32(xr[k]), wk, acc);
+  }
+  return acc;
+}"""
+
 LOCAL_HELPERS = {
+    "cuda_exact_rows": EXACT_ROW_HELPERS,
     "cuda_lowbit": LOWBIT_HELPERS,
     "cuda_mma": MMA_HELPERS,
     "cuda_microscaling": MICROSCALING_HELPERS,
@@ -216,6 +247,9 @@ class CUDARenderer(CStyleRenderer):
         # LOWBIT_HELPERS
         "qpair_bf16": "metile_qpair_bf16({0}, {1})",
         "qpair_f16": "metile_qpair_f16({0}, {1})",
+        # EXACT_ROW_HELPERS
+        "nonfinite": "metile_nonfinite({0})",
+        "affine_dot": "metile_affine_dot<{0}>({1}, {2}, {3}, {4}, {5}, {6}, {7}, {8})",
         # MICROSCALING_HELPERS
         "e2m1_bf16": "metile_e2m1_bf16({0}, {1})",
         "e2m1_f16": "metile_e2m1_f16({0}, {1})",

@@ -42,6 +42,7 @@ docs/SCHEDULES.md, "mma" and "mma: microscaled weights".
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..codegen.ast import (
@@ -591,6 +592,40 @@ class MMALowering(Lowering):
 
         return pair(p), pair(p + 1)
 
+    # -- rows of x holding an Inf or a NaN ---------------------------------------------
+    def exact_rows(self, value: Callable[[int, int, int, int], Expr]) -> list:
+        """Affine weights: the factored sums s * sum(q x) + b * sum(x) give inf - inf (or inf * 0
+        where q = 0) in a row whose x holds an Inf, where the dequantized weights' sum is +-Inf.
+        Such a row's outputs are never finite (its group sums of x are not, times any bias), so
+        each output not finite is recomputed from the weights dequantized one by one (codegen/cuda.py
+        EXACT_ROW_HELPERS), before the epilogue; finite outputs keep their bits. `value(j, tile,
+        r, e)`: the lane's sum of element e of row tile r of tile `tile` of accumulator j."""
+        w = self.spec.weights[0]
+        if not w.affine or self.norm:  # (a fused RMSNorm's 1 / rms of such a row is 0: NaN, as float64's)
+            return []
+        self.use_helper("cuda_exact_rows")
+        out: list = []
+        for j in range(self.nacc):
+            members = self.members(j)
+            for tile in range(self.tiles):
+                for r in range(self.rt):
+                    for e in range(4):
+                        v = value(j, tile, r, e)
+                        # row and column from the block and lane (not the loop's registers)
+                        row = P(V("pid1") * self.s.BM + V("t") * 2 + (8 * r + (e & 1)))
+                        col = self.col_base() + (TILE * tile + 8 * (e >> 1)) + V("g")
+                        fixes: list = []
+                        base: Expr = Const(0)
+                        for i in members:
+                            local = P(col - P(base)) if len(members) > 1 else col
+                            args = (Const(w.bits), V("x"), V(f"w{i}"), V(f"scales{i}"), V(f"biases{i}"))
+                            dot = Call("affine_dot", (*args, row, local, V("K"), Const(w.group_size)))
+                            inside = local.ge(0).and_(local.lt(V(f"N{i}"))) if len(members) > 1 else col.lt(V(f"N{i}"))
+                            fixes.append(If(inside, [Assign(v, dot)], braces=False))
+                            base = base + V(f"N{i}")
+                        out.append(If(Call("nonfinite", (v,)).and_(row.lt(V("M"))), fixes))
+        return out
+
     # -- the K loop ---------------------------------------------------------------
     def k_loop(self, nacc: int) -> list:
         """Each iteration: a batch's loads, then its math. With scale_vector the
@@ -718,7 +753,7 @@ class MMALowering(Lowering):
                 for r in range(rt)
                 for e in range(4)
             ]
-        finish.body += sums
+        finish.body += sums + self.exact_rows(lambda j, tile, r, e: V(f"fin{j}").at(tile, r, e))
         for tile in range(tiles):
             for r in range(rt):
                 for e in range(4):

@@ -206,7 +206,7 @@ class SharedXLowering(StagedMMALowering):
         for j in range(nacc):
             stmts.append(Decl("f32", f"part{j}", ZERO_INIT, dims=(self.tiles, self.rt, 4)))
         stmts += self.k_loop(nacc)
-        body += stmts
+        body += stmts + self.exact_rows(lambda j, tile, r, e: V(f"tot{j}").at(tile, r, e))
         # every warp finishes its own columns
         for tile in range(self.tiles):
             for r in range(self.rt):

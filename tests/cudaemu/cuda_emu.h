@@ -19,6 +19,7 @@
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
 #define __shared__ static
@@ -334,6 +335,7 @@ struct __half2 {
 };
 
 inline float __uint_as_float(unsigned u) { return metile_emu::bits_to_float(u); }
+inline unsigned __float_as_uint(float f) { return __builtin_bit_cast(unsigned, f); }
 inline float rsqrtf(float x) { return 1.0f / __builtin_sqrtf(x); }  // (the GPU's is within 2 ulp of this)
 inline float __bfloat162float(__nv_bfloat16 h) { return metile_emu::bf16_to_float(h.bits); }
 inline __nv_bfloat16 __float2bfloat16(float f) {  // round to nearest even

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from contextlib import contextmanager
+from functools import partial
 
 import mlx.core as mx
 import numpy as np
@@ -526,6 +527,82 @@ def qkv_3d(m: Matrix, quick: bool) -> None:
             m.failures.append(f"qkv.{name} of a 3-D x: shape {a.shape}, not the 2-D call's values")
 
 
+def _classes(v: np.ndarray) -> np.ndarray:
+    """0 finite, 1 NaN, 2 +Inf, 3 -Inf."""
+    return np.select([np.isnan(v), np.isposinf(v), np.isneginf(v)], [1, 2, 3], 0)
+
+
+def _poisoned_x(m: Matrix, K: int, dtype) -> mx.array:
+    """32 rows of x: row 0 +Inf at k 5 (where column 3's weight is planted 0), row 1 +Inf and
+    -Inf, row 3 a NaN, rows 4 and 20 -Inf, row 31 +Inf; the others finite."""
+    x = np.array(m.arr((32, K), dtype).astype(mx.float32))
+    x[0, 5] = x[1, 7] = x[31, 300] = np.inf
+    x[1, K // 2 + 1] = x[4, K - 1] = x[20, 64] = -np.inf
+    x[3, 3] = np.nan
+    return mx.array(x).astype(dtype)
+
+
+def _zero_weight(q: tuple, bits: int) -> tuple:
+    """An mx.quantize triple with column 3's weight at k 5 exactly 0 (q = 0 there, its group's bias 0)."""
+    wq = np.array(q[0])
+    wq[3, 5 * bits // 32] &= np.uint32(~(((1 << bits) - 1) << (5 * bits % 32)) & 0xFFFFFFFF)
+    at = mx.arange(q[2].size).reshape(q[2].shape) == q[2].shape[1] * 3
+    return mx.array(wq), q[1], mx.where(at, mx.zeros_like(q[2]), q[2])
+
+
+def nonfinite_rows(m: Matrix, quick: bool) -> None:
+    """Rows of x holding a NaN, +Inf or -Inf (one both infinities): every output in the class of
+    float64 over the dequantized weights - NaN where a weight is exactly 0 (planted) or
+    infinities of both signs meet, else +-Inf by the sign of x * w - the finite rows within the
+    tolerance, each row the bits of that row alone: int4 and int8 group 64 at 1, 5, 16 and 32
+    rows, and the SwiGLU gate/up with biases at 5 and 32; bf16 (and f16 in the full matrix)."""
+    K, N = 512, 200
+    for dtype in (mx.bfloat16,) if quick else (mx.bfloat16, mx.float16):
+        x = _poisoned_x(m, K, dtype)
+        calls = []
+        for bits in (4, 8):
+            q = _zero_weight(mx.quantize(m.arr((N, K), dtype, 0.05), group_size=64, bits=bits), bits)
+            fn = partial(quantized, wq=q[0], s=q[1], bq=q[2], group=64, bits=bits)
+            calls.append((f"int{bits} g64", fn, [dequantize_exact(*q, 64, bits)], [0.0], (1, 5, 16, 32)))
+        qs = [_zero_weight(mx.quantize(m.arr((N, K), dtype, 0.05), group_size=64, bits=4), 4) for _ in range(2)]
+        ws = [mt.QuantizedWeight(*q, 64, 4) for q in qs]
+        bs = [m.arr((N,), dtype) for _ in range(2)]
+        fn = partial(mt.fused_linear, weights=ws, biases=bs, epilogue="swiglu")
+        calls.append(
+            ("swiglu+bias int4 g64", fn, [dequantize_exact(*q, 64, 4) for q in qs], [f64(b) for b in bs], (5, 32))
+        )
+        for label, fn, ws64, bs64, rows_list in calls:
+            alone = [f32(fn(x[r : r + 1])).view(np.uint32) for r in range(32)]
+            for rows in rows_list:
+                m.cases += 1
+                name = f"{label} {dtype} rows={rows} with Inf / NaN in x"
+                xr = f64(x[:rows])
+                with np.errstate(all="ignore"):
+                    z = [(xr[:, None, :] * w[None]).sum(-1) + b for w, b in zip(ws64, bs64)]
+                    want = z[0] if len(z) == 1 else z[0] * (1.0 / (1.0 + np.exp(-z[0]))) * z[1]
+                y = f64(fn(x[:rows]))
+                wrong = np.argwhere(_classes(y) != _classes(want))
+                if len(wrong):
+                    at = tuple(wrong[0])
+                    m.failures.append(
+                        f"{name}: {len(wrong)} outputs of the wrong class, {list(at)} {y[at]} vs {want[at]}"
+                    )
+                ok = np.isfinite(xr).all(axis=1)
+                if len(z) == 1:
+                    tol = ULP[dtype] * np.abs(want[ok]) + (K + 2) * 2.0**-24 * (np.abs(xr[ok]) @ np.abs(ws64[0]).T)
+                else:  # swiglu_reference's slack, of the sums with their biases
+                    acc = [(K + 2) * 2.0**-24 * (np.abs(xr[ok]) @ np.abs(w).T) for w in ws64]
+                    silu = z[0][ok] / (1 + np.exp(-z[0][ok]))
+                    slack = 1.1 * np.abs(z[1][ok]) * acc[0] + np.abs(silu) * acc[1] + 2.0**-20 * np.abs(want[ok])
+                    tol = ULP[dtype] * np.abs(want[ok]) + slack
+                if (np.abs(y[ok] - want[ok]) > tol).any():
+                    m.failures.append(f"{name}: a finite row off float64 by {np.abs(y[ok] - want[ok]).max():.3g}")
+                bits_ = f32(fn(x[:rows])).view(np.uint32)
+                bad = [r for r in range(rows) if not np.array_equal(bits_[r], alone[r][0])]
+                if bad:
+                    m.failures.append(f"row invariance: {name} rows {bad[:5]}")
+
+
 SECTIONS: dict[str, Callable[[Matrix, bool], None]] = {
     f.__name__: f
     for f in (
@@ -544,11 +621,12 @@ SECTIONS: dict[str, Callable[[Matrix, bool], None]] = {
         affine_widths,
         microscaling,
         format_fusions,
+        nonfinite_rows,
     )
 }
 
 
-# Cases each section checks (quick, full): what tests/gpu asserts it ran; 607 and 1523 in all.
+# Cases each section checks (quick, full): what tests/gpu asserts it ran; 617 and 1543 in all.
 CASES = {
     "linear": (35, 174),
     "quantized_formats": (30, 180),
@@ -565,6 +643,7 @@ CASES = {
     "wide_swiglu": (16, 16),
     "dense_fusions": (20, 20),
     "qkv_3d": (1, 1),
+    "nonfinite_rows": (10, 20),
 }
 
 
