@@ -85,7 +85,7 @@ def is_name(e: Expr) -> bool:
     return False
 
 
-LOOP_SYMBOLS = frozenset({"kb", "vw", "r", "leaf", "vs"})
+LOOP_SYMBOLS = frozenset({"kb", "vw", "r", "leaf", "vg", "vs"})
 VECTOR_WIDTH = {"u32": 4, "bf16": 8, "f16": 8, "f32": 4}  # elements per 16-byte load
 
 

@@ -6,10 +6,15 @@ the `simd_splitk` schedule builds it, so its bits match that schedule's:
 
     for li in 0..32:                  leaf = bit-reverse(li), the lane it stands for
         p = init
-        for kb: for vs: stage S k positions of x and of the dequantised weights
-                        (k = BK*kb + VK*leaf + S*vs + v) in threadgroup memory,
+        for kb: for vg: for vs: stage S k positions of x and of the dequantised weights
+                        (k = BK*kb + VK*leaf + G*vg + S*vs + v) in threadgroup memory,
                         then p = fma(x, w, p) over v ascending
         fold p into a 5-level stack (pairwise sums in leaf order)
+
+G is the largest quantization group between S and VK (`group_step`), else VK (no vg loop):
+only with G*vg apart is such a group's scale and bias index `(G*vg + S*vs + v) / g` exact, so
+they are loaded once per G k, before the vs loop, rather than once per k. The order of k in a
+sum is the same either way.
 
 The xor butterfly of a SIMD-group sum first adds lanes l and l^16, then
 l^8, ...; visiting lanes in bit-reversed order makes those pairs adjacent, so
@@ -38,6 +43,13 @@ def _bit_reverse5(var: str):
     return Paren(chain("|", [*parts, Paren(Paren(v & 16) >> 4)]))
 
 
+def group_step(VK: int, S: int, groups: list[int]) -> int:
+    """The k per `vg` step: the largest group larger than S and smaller than VK, else VK. A
+    group of S k or fewer is whole in each stage and one of VK is one per K step; with groups
+    powers of two and S 32 (or VK), at most one group size lies between them."""
+    return max([g for g in groups if S < g < VK], default=VK)
+
+
 class TiledLowering(Lowering):
     def lower(self) -> KernelDef:
         s = self.s
@@ -55,7 +67,7 @@ class TiledLowering(Lowering):
         body.append(Decl("int", "tid", Call("tid"), const=True))
         body.append(Decl("int", "tr", tid / col_threads, const=True))
         body.append(Decl("int", "tc", tid % col_threads, const=True))
-        self.bounds.update(tr=row_threads, tc=col_threads, leaf=LEAVES, vs=VK // S)
+        self.bounds.update(tr=row_threads, tc=col_threads, leaf=LEAVES)
         # x is staged one position per thread: position sv of row srow
         body.append(Decl("int", "sv", tid % S, const=True))
         body.append(Decl("int", "srow", tid / S, const=True))
@@ -88,9 +100,18 @@ class TiledLowering(Lowering):
 
         kloop = Loop("kb", Const(0), IntPoly((Poly.sym("kb") * s.BK).terms).lt(self.stop.e), Const(1))
         kscope = Scope(kloop.body, lscope, defines="kb")
-        vsloop = Loop("vs", Const(0), Var("vs").lt(VK // S), Const(1))
-        vscope = Scope(vsloop.body, kscope, defines="vs")
-        k_local = Poly.sym("leaf") * VK + Poly.sym("vs") * S + Poly.sym("sv")
+        G = group_step(VK, S, [w.group_size for w in self.spec.weights if w.quantized])
+        k_group = Poly.sym("leaf") * VK
+        gscope = kscope
+        if G < VK:
+            self.bounds["vg"] = VK // G
+            vgloop = Loop("vg", Const(0), Var("vg").lt(VK // G), Const(1))
+            gscope = Scope(vgloop.body, kscope, defines="vg")
+            k_group = k_group + Poly.sym("vg") * G
+        self.bounds["vs"] = G // S
+        vsloop = Loop("vs", Const(0), Var("vs").lt(G // S), Const(1))
+        vscope = Scope(vsloop.body, gscope, defines="vs")
+        k_local = k_group + Poly.sym("vs") * S + Poly.sym("sv")
 
         vsloop.body.append(Comment("stage x and the dequantised weights for S k positions"))
         step = T // S
@@ -102,16 +123,22 @@ class TiledLowering(Lowering):
         # One thread per column stages its S weight positions, so each packed
         # word, scale and bias is loaded once per tile (16-byte loads where aligned).
         # What does not change with vs (a group's scale and bias) is loaded in
-        # an `if` before the vs loop, into variables declared ahead of it.
+        # an `if` before the vs loop (before the vg loop where it does not change
+        # with vg either), into variables declared ahead of it.
         self.bounds["tid"] = T
         pre_decls: list = []
         pre = If(tid.lt(s.BN))
         pre_scope = Scope(pre.body, kscope, fence=True, declare_in=pre_decls)
+        group_decls: list = []
+        group_pre = If(tid.lt(s.BN))
+        stage_parent = pre_scope
+        if G < VK:  # (the condition of `pre`, so a load may go to either)
+            stage_parent = Scope(group_pre.body, pre_scope, defines="vg", declare_in=group_decls)
         for j, d in enumerate(order):
             guard = If(tid.lt(s.BN))
-            scope = Scope(guard.body, pre_scope, defines="vs")
+            scope = Scope(guard.body, stage_parent, defines="vs")
             for u in range(S):
-                k = Poly.sym("leaf") * VK + Poly.sym("vs") * S + u
+                k = k_group + Poly.sym("vs") * S + u
                 e = self.elem(d.args[1], (k, Poly.sym("tid")), scope)
                 guard.body.append(Assign(Var(f"ws{j}").at(tid, u), self.to(e, "f32")))
             vsloop.body.append(guard)
@@ -128,7 +155,11 @@ class TiledLowering(Lowering):
                     vloop.body.append(Assign(p, Call("fma", (a, b, p))))
         vsloop.body.append(vloop)
         vsloop.body.append(Barrier())
-        kloop.body += pre_decls + ([pre] if pre.body else []) + [vsloop]
+        stage = [vsloop]
+        if G < VK:
+            vgloop.body += group_decls + ([group_pre] if group_pre.body else []) + [vsloop]
+            stage = [vgloop]
+        kloop.body += pre_decls + ([pre] if pre.body else []) + stage
         leaves.body.append(kloop)
         leaves.body += self.fold(nacc)
         body.append(leaves)

@@ -14,7 +14,7 @@ from ..spec import ProjectionSpec
 from ..targets import MetalTarget, Target
 from .buckets import MAX_ROWS_PER_PROGRAM
 from .schedule import NAX_COLUMN_GROUPS, NAX_KINDS, Schedule
-from .simt import k_per_lane, values_per_16_bytes
+from .simt import k_per_lane, values_per_16_bytes, whole_groups
 
 FRAGMENT_M, FRAGMENT_N, FRAGMENT_K = 16, 32, 16  # MLX's matmul2d descriptor (16, 32, 16)
 OPERAND_DTYPES = ("bf16", "f16")  # what the lowering feeds matmul2d (x's dtype)
@@ -50,18 +50,6 @@ def word_unit(bits: int) -> int:
     if not bits:
         return 4
     return max(4, 32 // math.gcd(bits, 32))
-
-
-def whole_groups(spec: ProjectionSpec, vk: int, u: int) -> int:
-    """`u` raised to a multiple of every quantization group smaller than VK (groups and U are
-    powers of two). A group of VK k starts each column group's VK k, so its scale index is one
-    load per K step; a smaller group spans U-chunks or whole ones, and only in whole ones is its
-    index `vw U / g + u / g` an exact expression, one load per group (else it is reloaded for
-    every k, 16x over for nvfp4's group 16 in 8-k stages)."""
-    for w in spec.weights:
-        if w.quantized and w.group_size < vk:
-            u = math.lcm(u, w.group_size)
-    return u
 
 
 def staged_bytes(spec: ProjectionSpec, SG: int, NC: int, U: int, row_pad: int) -> int:

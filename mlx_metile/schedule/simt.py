@@ -40,6 +40,20 @@ def k_per_lane(spec: ProjectionSpec) -> int:
     return vk
 
 
+def whole_groups(spec: ProjectionSpec, vk: int, u: int) -> int:
+    """`u` raised to a multiple of every quantization group smaller than VK (groups, U and VK are
+    powers of two, so the result still divides VK). A group of VK k is one load per K step
+    whatever U is; a smaller one is exact in the lowering's index `(vw U + u) / g` only where U
+    k are whole groups (`vw U / g + u / g`, one load per group): else the index is rendered per k
+    and the group's scale and bias are reloaded for every k (an mxfp8 group 32 fused with an
+    8-bit group 64, VK 64, U 16: the scales read 32x their size). U never changes a row's sum
+    order, which is k ascending within a lane's VK."""
+    for w in spec.weights:
+        if w.quantized and w.group_size < vk:
+            u = math.lcm(u, w.group_size)
+    return u
+
+
 def cuda_tuning(rows_bucket: int, cfg: Settings) -> tuple[int, int, int]:
     """(warps per block, register budget, max columns per warp) of the CUDA SIMT kernels: the
     tuned table's by row bucket, overridden by MLX_METILE_CUDA_TUNE."""
@@ -55,8 +69,9 @@ def simt_schedule(spec: ProjectionSpec, rows_bucket: int, language: str, cfg: Se
         # 256 threads as 16 x 16, each 4 rows x 2 columns of a 64 x 32 tile
         return Schedule("tiled", BM=TILED_BUCKET, NC=4, SG=8, VK=vk, U=1, C=1, TM=4, TN=2, S=min(vk, 32))
     bm = row_bucket(rows_bucket)
-    # unroll one 16-byte vector of the widest-packed weight at a time ...
-    u = min(vk, max(values_per_16_bytes(w.bits, w.dtype) for w in spec.weights))
+    # unroll one 16-byte vector of the widest-packed weight at a time, and whole groups where a
+    # group is smaller than VK (one load of its scale and bias per group) ...
+    u = whole_groups(spec, vk, min(vk, max(values_per_16_bytes(w.bits, w.dtype) for w in spec.weights)))
     # ... in chunks of one 16-byte vector of x
     c = min(u, values_per_16_bytes(0, spec.act_dtype))
     sg, budget, max_nc = METAL_SIMD_GROUPS, REGISTER_BUDGET, MAX_COLUMNS

@@ -41,6 +41,12 @@ def _cases() -> dict[str, Case]:
             [rand((20, 67), bf, 10, 0.2), rand((8, 67), bf, 11, 0.2), rand((8, 67), bf, 12, 0.2)],
             [rand((20,), bf, 13), rand((8,), bf, 14), rand((8,), bf, 15)],
         ),
+        # group 64 under the g128 weight's VK 128: staged in 64-k steps (lower/tiled.py group_step)
+        "int4_g64_int4_g128": Case(
+            rand((ROWS, 512), bf, 24),
+            [quantized_weight(24, 512, bf, 4, 64, 25), quantized_weight(16, 512, bf, 4, 128, 26)],
+            [None, None],
+        ),
         "dense_f32_gelu": Case(rand((ROWS, 45), mx.float32, 16), [rand((33, 45), mx.float32, 17, 0.2)], [None], "gelu"),
         "down_residual_dense_f16": Case(
             rand((ROWS, 64), f16, 18), [rand((30, 64), f16, 19, 0.2)], [None], None, rand((ROWS, 30), f16, 20)
@@ -69,20 +75,27 @@ def _np(a: mx.array) -> np.ndarray:
     return np.array(a.view(mx.uint16)) if a.dtype == mx.bfloat16 else np.array(a)
 
 
-@pytest.mark.parametrize("bits_,group", [(4, 64), (8, 32)])
-def test_tiled_reads_weights_once_per_row_tile(bits_, group):
+@pytest.mark.parametrize(
+    "groups", [((4, 64),), ((8, 32),), ((4, 64), (4, 128))], ids=["q4g64", "q8g32", "q4g64_q4g128"]
+)
+def test_tiled_reads_weights_once_per_row_tile(groups):
+    """(Fused g64 and g128: a group smaller than VK and larger than S, one load per group.)"""
     k, n = 256, 64
-    spec = ProjectionSpec("bf16", (WeightFormat("bf16", bits_, group),))
-    q, s, b = mx.quantize(rand((n, k), mx.bfloat16, 1, 0.1), group_size=group, bits=bits_)
-    weights = {"w0": _np(q), "scales0": _np(s), "biases0": _np(b)}
-    for rows in (33, 64, 65, 130):
-        artifact = compiled(spec, rows, K=k, columns=n)
+    spec = ProjectionSpec("bf16", tuple(WeightFormat("bf16", b, g) for b, g in groups))
+    weights = {}
+    for i, (bits_, group) in enumerate(groups):
+        q, s, b = mx.quantize(rand((n, k), mx.bfloat16, 1 + i, 0.1), group_size=group, bits=bits_)
+        weights |= {f"w{i}": _np(q), f"scales{i}": _np(s), f"biases{i}": _np(b)}
+    cols = n * len(groups)
+    for rows in (33, 64, 65, 130) if len(groups) == 1 else (65,):
+        artifact = compiled(spec, rows, K=k, columns=cols)
         assert artifact.schedule.kind == "tiled"
         kernel = Kernel(artifact.source, artifact.entry)
-        bufs = {"x": _np(rand((rows, k), mx.bfloat16, 2)), **weights, "y0": np.zeros((rows, n), np.uint16)}
-        scalars = {"M": rows, "K": k, "N0": n}
+        outs = {f"y{j}": np.zeros((rows, n), np.uint16) for j in range(len(groups))}
+        bufs = {"x": _np(rand((rows, k), mx.bfloat16, 2)), **weights, **outs}
+        scalars = {"M": rows, "K": k, **{f"N{i}": n for i in range(len(groups))}}
         args = [bufs[p.name] if p.kind == "buffer" else scalars[p.name] for p in artifact.params]
-        stats = kernel.dispatch_threadgroups(artifact.grid(rows, n), artifact.threads_per_group, args)
+        stats = kernel.dispatch_threadgroups(artifact.grid(rows, cols), artifact.threads_per_group, args)
         order = [p.name for p in artifact.params]
         tiles = -(-rows // TILED_BUCKET)
         for wname, arr in weights.items():

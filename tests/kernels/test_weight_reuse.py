@@ -59,9 +59,38 @@ SPECS = {
 }
 
 
+# groups smaller than VK, fused with a wider one (VK 64 or 128): U whole groups (schedule.simt
+# whole_groups), so each scale and bias is one load per group; rows 1 (BM 1) and 17 (BM 32)
+MIXED = {
+    "qkv_mxfp8_int8_g64_dense_bias": ProjectionSpec(
+        "bf16",
+        (
+            WeightFormat("u8", 8, 32, mode="mxfp8"),
+            WeightFormat("bf16", 8, 64),
+            WeightFormat("bf16", has_bias=True, bias_dtype="bf16"),
+        ),
+        k_multiple=64,
+    ),
+    "nvfp4_int4_g64": ProjectionSpec(
+        "bf16", (WeightFormat("u8", 4, 16, mode="nvfp4"), WeightFormat("bf16", 4, 64)), k_multiple=64
+    ),
+    "int4_g64_int4_g128": ProjectionSpec(
+        "bf16", (WeightFormat("bf16", 4, 64), WeightFormat("bf16", 4, 128)), k_multiple=64
+    ),
+}
+
+
 @pytest.mark.parametrize("name", list(SPECS))
 def test_each_weight_byte_is_read_once_per_call(name):
-    spec = SPECS[name]
+    _check_reads(name, SPECS[name], range(1, 33))
+
+
+@pytest.mark.parametrize("name", list(MIXED))
+def test_groups_smaller_than_vk_are_read_once_per_call(name):
+    _check_reads(name, MIXED[name], (1, 17))
+
+
+def _check_reads(name: str, spec: ProjectionSpec, row_counts) -> None:
     ns = [N, N // 3, N // 3] if len(spec.weights) == 3 else [N] * len(spec.weights)
     arrays: dict[str, np.ndarray] = {}
     for i, fmt in enumerate(spec.weights):
@@ -71,7 +100,7 @@ def test_each_weight_byte_is_read_once_per_call(name):
             arrays[f"bias{i}"] = np.arange(ns[i], dtype=np.uint16)
     weight_names = [k for k in arrays]
     cols = ns[0] if spec.epilogue == "swiglu" else sum(ns)
-    for rows in range(1, 33):
+    for rows in row_counts:
         artifact = compiled(spec, rows, K=K, columns=cols)
         kernel = Kernel(artifact.source, artifact.entry)
         x = _np(mx.random.normal((rows, K)).astype(mx.bfloat16))

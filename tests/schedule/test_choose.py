@@ -9,7 +9,7 @@ from mlx_metile import settings
 from mlx_metile.backends.cuda_device import build_target
 from mlx_metile.dispatch import cuda_max_rows
 from mlx_metile.schedule import TILED_BUCKET, Shape, choose, row_bucket
-from mlx_metile.schedule.simt import cuda_tuning
+from mlx_metile.schedule.simt import cuda_tuning, k_per_lane
 from mlx_metile.spec import ProjectionSpec, WeightFormat
 from mlx_metile.targets import CPU, cuda_target
 
@@ -113,3 +113,32 @@ def test_a_fused_norm_needs_the_tensor_core_schedule():
     spec = ProjectionSpec("f32", (WeightFormat("f32", 4, 64),), k_multiple=64, norm_eps=1e-5)
     with pytest.raises(ValueError, match="RMSNorm needs CUDA's tensor-core schedule"):
         choose(spec, 1, cuda_target("sm_90"), SHAPE)
+
+
+SMALL_GROUPS = {  # a quantization group smaller than VK (the widest group or 16 bytes of a weight)
+    "qkv_mxfp8_q8g64_dense": (
+        WeightFormat("u8", 8, 32, mode="mxfp8"),
+        WeightFormat("bf16", 8, 64),
+        WeightFormat("bf16"),
+    ),
+    "nvfp4": (WeightFormat("u8", 4, 16, mode="nvfp4"),),
+    "nvfp4_q4g64": (WeightFormat("u8", 4, 16, mode="nvfp4"), WeightFormat("bf16", 4, 64)),
+    "q4g64_q4g128": (WeightFormat("bf16", 4, 64), WeightFormat("bf16", 4, 128)),
+    "q2g32": (WeightFormat("bf16", 2, 32),),
+    "q3g32_q8g128": (WeightFormat("bf16", 3, 32), WeightFormat("bf16", 8, 128)),
+}
+
+
+@pytest.mark.parametrize("name", list(SMALL_GROUPS))
+@pytest.mark.parametrize("target", [CPU, cuda_target("compute_75")], ids=["msl", "cuda_simt"])
+def test_split_k_unrolls_whole_groups(name, target):
+    """simd_splitk's U (the k unrolled together) is a multiple of every group smaller than VK,
+    so a group's scale and bias index is exact, one load per group (the emulator's byte counts:
+    tests/kernels/test_weight_reuse.py); U still divides VK, which alone fixes a row's sum order."""
+    spec = ProjectionSpec("bf16", SMALL_GROUPS[name], k_multiple=64)
+    small = [w.group_size for w in spec.weights if w.quantized and w.group_size < k_per_lane(spec)]
+    for rows in (1, 17, 32):
+        s = choose(spec, rows, target, SHAPE)
+        assert s.kind == "simd_splitk" and s.VK == k_per_lane(spec), s.describe()
+        assert small and all(s.U % g == 0 for g in small), (s.VK, s.U, small)
+        assert s.U <= s.VK and s.VK % s.U == 0 and s.U % s.C == 0, (s.VK, s.U, s.C)
