@@ -21,6 +21,24 @@ def human(n: int) -> str:
     return f"{n} B"
 
 
+def nax_route(metal: bool) -> tuple[str, bool, str]:
+    """Our NAX schedules: opt-in (MLX_METILE_METAL_SCHEDULE) where MLX itself runs NAX, and in the emulator."""
+    opt_in = "MLX_METILE_METAL_SCHEDULE=nax_direct or nax_staged"
+    if metal:
+        from ..backends import metal_device
+
+        d = metal_device.device()
+        if metal_device.nax_available():
+            return ("NAX (matmul2d)", True, f"{d.architecture}, macOS {'.'.join(map(str, d.macos))}; opt-in: {opt_in}")
+        why = f"{d.architecture} (generation {d.generation}), macOS {'.'.join(map(str, d.macos))}"
+        return ("NAX (matmul2d)", False, f"{why}: MLX runs NAX on generation >= 17 with macOS 26.2+")
+    return (
+        "NAX (matmul2d)",
+        False,
+        f"needs an Apple GPU of generation >= 17 and macOS 26.2+; in the emulator: MLX_METILE_EMULATE=1 with {opt_in}",
+    )
+
+
 def routes() -> list[tuple[str, bool, str]]:
     """(route, available here, how or why not) for each way mlx-metile runs a kernel."""
     import mlx.core as mx
@@ -43,13 +61,7 @@ def routes() -> list[tuple[str, bool, str]]:
         else ("no Metal device" if sys.platform == "darwin" else "needs macOS and an Apple GPU")
     )
     out.append(("Metal (simdgroup MSL)", metal, why))
-    out.append(
-        (
-            "NAX (matmul2d)",
-            False,
-            "no NAX lowering in this version; MLX enables NAX on Apple GPU generation >= 17, macOS 26.2+",
-        )
-    )
+    out.append(nax_route(metal))
     try:
         from ..air import build, llvm14
 
