@@ -1,5 +1,5 @@
-"""Decisions files: tuned routes measured on a known GPU and shipped as data (tables/cuda_decisions.json),
-or a file of the user's own (MLX_METILE_CUDA_DECISIONS). `tuned.lookup` reads one where the tuner
+"""Decisions files: tuned routes measured on a known GPU, shipped as data (tables/cuda_decisions.json,
+where the package has one), or a file of the user's own (MLX_METILE_CUDA_DECISIONS). `tuned.lookup` reads one where the tuner
 installed no decision for a call: an entry applies to calls of its exact CUDA architecture, spec
 (its kernel name: formats, bias, epilogue, residual, K multiple), K, output columns and row bucket.
 
@@ -64,12 +64,22 @@ def lookup(target: Target, spec: ProjectionSpec, bucket: int, shape, cfg: Settin
     return load(str(p)).get((target.arch, spec.name(), bucket, shape.K, shape.columns))
 
 
-@lru_cache(maxsize=8)
 def load(file: str) -> dict[Entry, Route]:
-    """The entries of a decisions file (the package's may be absent: no entries)."""
+    """The entries of a decisions file (the package's may be absent: no entries), read again
+    when the file changes."""
     p = Path(file)
-    if p == SHIPPED and not p.exists():
-        return {}
+    try:
+        stamp = p.stat().st_mtime_ns
+    except OSError:
+        if p == SHIPPED:
+            return {}
+        stamp = -1  # (parse() says what is wrong)
+    return parse(file, stamp)
+
+
+@lru_cache(maxsize=8)
+def parse(file: str, stamp: int) -> dict[Entry, Route]:
+    p = Path(file)
     try:
         data = json.loads(p.read_text())
     except (OSError, ValueError) as e:

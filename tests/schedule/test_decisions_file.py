@@ -80,6 +80,18 @@ def test_a_malformed_file_is_an_error_naming_it(env, tmp_path, data, message):
     assert "bad.json" in str(e.value)
 
 
+def test_a_changed_file_is_read_again(env, tmp_path):
+    native = Route("cuda", "native", native=True)
+    f = write(tmp_path / "d.json", [entry(native)])
+    env.set("MLX_METILE_CUDA_DECISIONS", f)
+    assert tuned.lookup(H200, SPEC, 8, SHAPE) == native
+    import os
+
+    write(tmp_path / "d.json", [entry(native, bucket=16)])
+    os.utime(f, ns=(1, 10**18))  # (a new mtime even within the clock's resolution)
+    assert tuned.lookup(H200, SPEC, 8, SHAPE) is None and tuned.lookup(H200, SPEC, 16, SHAPE) == native
+
+
 def test_unknown_schedule_fields_are_refused():
     d = Route("cuda", "x", schedule=rules(SPEC, 8, H200, SHAPE)).as_dict()
     d["schedule"]["warp_specialised"] = 1
