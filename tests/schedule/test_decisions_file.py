@@ -4,6 +4,7 @@ the tuner installed none - the package's shipped file, a user's (MLX_METILE_CUDA
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -85,8 +86,6 @@ def test_a_changed_file_is_read_again(env, tmp_path):
     f = write(tmp_path / "d.json", [entry(native)])
     env.set("MLX_METILE_CUDA_DECISIONS", f)
     assert tuned.lookup(H200, SPEC, 8, SHAPE) == native
-    import os
-
     write(tmp_path / "d.json", [entry(native, bucket=16)])
     os.utime(f, ns=(1, 10**18))  # (a new mtime even within the clock's resolution)
     assert tuned.lookup(H200, SPEC, 8, SHAPE) is None and tuned.lookup(H200, SPEC, 16, SHAPE) == native
