@@ -528,9 +528,9 @@ class MMALowering(Lowering):
                         for fn in unpack:
                             # A regs: (row g, slots 2t..), (row g+8, slots 2t..), (row g, slots 2t+8..), (row g+8, ...)
                             if self.lowbit:
-                                stream = "u" if self.stream else "w"
+                                src = "u" if self.stream else "w"  # (the shifted stream, or the words)
                                 a = tuple(
-                                    self.low_pair(f"{stream}{h}{j}_{tile}_", 8 * i + q) for q in (p, p + 1) for h in "ab"
+                                    self.low_pair(f"{src}{h}{j}_{tile}_", 8 * i + q) for q in (p, p + 1) for h in "ab"
                                 )
                             else:
                                 a = tuple(
