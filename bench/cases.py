@@ -39,9 +39,12 @@ FORMATS = {
     "int4g128": (4, 128),
     "int8g32": (8, 32),
     "int8g128": (8, 128),
-    # affine 2, 3, 5 and 6 bits at groups the tensor cores take (a lane's quarter of a group whole words)
+    # affine 2, 3, 5 and 6 bits (the tensor cores' direct loads at every group; at group 64 a lane's
+    # quarter of a 3 or 5-bit group starts or ends inside a word)
     "int2": (2, 64),
+    "int3": (3, 64),
     "int3g128": (3, 128),
+    "int5": (5, 64),
     "int5g128": (5, 128),
     "int6": (6, 64),
     # MLX's microscaling modes: uint8 scales, no biases

@@ -247,6 +247,8 @@ class CUDARenderer(CStyleRenderer):
         # LOWBIT_HELPERS
         "qpair_bf16": "metile_qpair_bf16({0}, {1})",
         "qpair_f16": "metile_qpair_f16({0}, {1})",
+        # (lo, hi, n): bits n.. of the 64-bit hi:lo, n < 32 (lower/mma.py stream)
+        "funnel_r": "__funnelshift_r({0}, {1}, {2})",
         # EXACT_ROW_HELPERS
         "nonfinite": "metile_nonfinite({0})",
         "affine_dot": "metile_affine_dot<{0}>({1}, {2}, {3}, {4}, {5}, {6}, {7}, {8})",

@@ -30,12 +30,14 @@ Microscaled weights (mxfp4, mxfp8, nvfp4; micro_math): the codes decoded into ex
 pairs, C scaled per group by the e8m0 scale in f32 (mx), or nvfp4's e4m3 scale folded into the
 A pairs over chunks of two groups of 16 (exact products); no biases, so no sums of x.
 
-Affine 2, 3, 5 and 6 bits (low_pair), where a lane's quarter of a group is whole words: the
-lane's words one bit stream, values j and j + 4 of each 8 k one exact pair (no offset).
+Affine 2, 3, 5 and 6 bits (low_pair), every group: the lane's words one bit stream, values j and
+j + 4 of each 8 k one exact pair (no offset). Where a lane's quarter of a group is not whole words
+(2 bits at group 32; 3 and 5 at 32 and 64; 6 at 32) the lane loads the words covering it and
+funnel-shifts them by its first bit's place in the first word (`stream`).
 
 Accepted (check_mma_spec): bf16 or f16 activations; a single projection, SwiGLU's gate and up,
 or weights concatenated into one accumulator (fused q/k/v), all of one format: affine 4-bit or
-8-bit (2, 3, 5, 6 where whole words), mxfp4, mxfp8, nvfp4, or dense weights of the activation
+8-bit (2, 3, 5, 6 at groups of whole 8-k blocks), mxfp4, mxfp8, nvfp4, or dense weights of the activation
 dtype with K a multiple of 32.
 docs/SCHEDULES.md, "mma" and "mma: microscaled weights".
 """
@@ -90,8 +92,8 @@ def check_mma_spec(spec: ProjectionSpec, name: str) -> None:
     formats = {(w.mode, w.bits, w.group_size, w.dtype if not w.quantized else "") for w in spec.weights}
     ok = spec.act_dtype in ("bf16", "f16") and len(formats) == 1
     for w in spec.weights:
-        if w.affine and w.bits not in (4, 8) and (w.group_size // 4 * w.bits) % 32:
-            ok = False  # (2, 3, 5 and 6 bits: where a lane's quarter of a group is whole words)
+        if w.affine and w.bits not in (4, 8) and w.group_size % 32:
+            ok = False  # (2, 3, 5 and 6 bits: where a lane's quarter of a group is whole blocks of 8 k)
         if w.quantized and not w.affine and w.mode not in MICROSCALED:
             ok = False
         if not w.quantized and (w.dtype != spec.act_dtype or spec.k_divisor % 32):
@@ -195,8 +197,19 @@ class MMALowering(Lowering):
         # unpacked per block of 8 k as the 4-bit words are (pairs of values j and j + 4)
         self.lowbit = w.affine and w.bits not in (4, 8)
         self.units = self.quarter // 8 if self.lowbit else self.words  # A-pair units: words, or blocks of 8 k
+        # a lane's quarter of a group not whole words: the words covering it loaded one by one,
+        # then shifted into the stream of its values (chunks start at a word: groups of >= 32)
+        self.stream = self.lowbit and self.quarter * w.bits % 32 != 0
+        if self.stream:
+            lane_bits = self.quarter * w.bits
+            covering = [((t + 1) * lane_bits - 1) // 32 - t * lane_bits // 32 + 1 for t in range(4)]
+            self.stream_words = -(-lane_bits // 32)  # words of the shifted stream
+            self.words = max(covering)  # words loaded; lanes covering fewer skip the last (`wtail`)
+            self.tail_lanes = sum(1 << t for t in range(4) if covering[t] == self.words)
         # the lane's words are consecutive and aligned to their count: loaded 1, 2 or 4 at a time
         self.word_width = max((n for n in (1, 2, 4) if self.words % n == 0), default=0)
+        if self.stream:  # (the covering words start at any word)
+            self.word_width = 1
         self.word_vector = {1: "bits32", 2: "bits32x2", 4: "bits32x4"}.get(self.word_width)
         self.sector = schedule.sector
         if self.sector:  # a slice's 8 k: 1 word (4-bit) or 2 (8-bit), loaded together
@@ -353,7 +366,10 @@ class MMALowering(Lowering):
                             return V(f"w{i}") + local * words_row + P(kq) / (32 // w.bits) + v0
 
                         name = f"w{j}_{tile}{h}v{v0}_{b}"
-                        out.append(LaneLoad(vec, name, *self.select(j, tile, h, packed, live)))
+                        cond, addr = self.select(j, tile, h, packed, live)
+                        if self.stream and v0 == self.words - 1 and self.tail_lanes != 15:
+                            cond = cond.and_(V("wtail"))  # past the lane's bits (the next group's, or K's end)
+                        out.append(LaneLoad(vec, name, cond, addr))
                     if self.micro:
                         out.append(self.micro_scale_load(j, tile, h, b, ch, live))
                         continue
@@ -391,6 +407,26 @@ class MMALowering(Lowering):
         if sh + bits <= 32:
             return P((P(lo >> sh) if sh else lo) & mask)
         return P(P(P(lo >> sh) | P(V(f"{words}{wi + 1}") << (32 - sh))) & mask)
+
+    def stream_lines(self) -> list:
+        """The lane's constants of `stream`: its first bit's place in its first word, and whether
+        it covers the last of the words loaded (`tail_lanes`: a bit per t)."""
+        if not self.stream:
+            return []
+        lane_bits = self.quarter * self.spec.weights[0].bits
+        return [
+            Decl("bits32", "wsh", Cast("bits32", P(V("t") * lane_bits)) & 31, const=True),
+            Decl("bool", "wtail", P(P(Const(self.tail_lanes) >> V("t")) & 1).ne(0), const=True),
+        ]
+
+    def stream_decls(self, words: str, loaded: str) -> list:
+        """The lane's bit stream from its loaded words `loaded`0.. (its first value at bit wsh of
+        the first): word i funnel-shifted with word i + 1 (zero past the last loaded)."""
+        out: list = []
+        for i in range(self.stream_words):
+            hi: Expr = V(f"{loaded}{i + 1}") if i + 1 < self.words else Const(0, "u32")
+            out.append(Decl("bits32", f"{words}{i}", Call("funnel_r", (V(f"{loaded}{i}"), hi, V("wsh"))), const=True))
+        return out
 
     def low_pair(self, words: str, n: int) -> Expr:
         """The A pair of values n and n + 4, exact bf16x2 / f16x2 (no offset)."""
@@ -483,6 +519,8 @@ class MMALowering(Lowering):
                         if self.word_width != 1:
                             word = word.dot(COMPONENTS[i - v0])
                         out.append(Decl("bits32", f"w{h}{j}_{tile}_{i}", word, const=True))
+                    if self.stream:
+                        out += self.stream_decls(f"u{h}{j}_{tile}_", f"w{h}{j}_{tile}_")
                 # per word: int4 -> 8 k (2 MMAs of 4 slots per row); int8 -> 4 k (1 MMA, or 2 split
                 # by nibbles, both against the same x)
                 for i in range(self.units):
@@ -490,8 +528,9 @@ class MMALowering(Lowering):
                         for fn in unpack:
                             # A regs: (row g, slots 2t..), (row g+8, slots 2t..), (row g, slots 2t+8..), (row g+8, ...)
                             if self.lowbit:
+                                src = "u" if self.stream else "w"  # (the shifted stream, or the words)
                                 a = tuple(
-                                    self.low_pair(f"w{h}{j}_{tile}_", 8 * i + q) for q in (p, p + 1) for h in "ab"
+                                    self.low_pair(f"{src}{h}{j}_{tile}_", 8 * i + q) for q in (p, p + 1) for h in "ab"
                                 )
                             else:
                                 a = tuple(
@@ -698,6 +737,7 @@ class MMALowering(Lowering):
             Decl("int", "warp", tx >> 5, const=True),
             Decl("int", "g", P(tx & 31) >> 2, const=True),
             Decl("int", "t", tx & 3, const=True),
+            *self.stream_lines(),
             *self.k_split(),
         ]
         return nacc, stmts

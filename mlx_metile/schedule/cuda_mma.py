@@ -44,7 +44,7 @@ XSHARE_STAGES = 2
 XSHARE_WARPS = 4
 XSHARE_ROWS = 32
 GATE_UP_16_BLOCKS = 3
-MMA_AFFINE_BITS = (4, 8)  # affine widths every kernel unpacks (2, 3, 5, 6: the direct loads, lane_words)
+MMA_AFFINE_BITS = (4, 8)  # affine widths every kernel unpacks (2, 3, 5, 6: the direct loads, lane_blocks)
 # microscaled modes the direct-load kernel takes (lower/mma.py); the staged ring and shared x
 # take affine and dense weights only (stageable)
 MMA_MICROSCALED = ("mxfp4", "mxfp8", "nvfp4")
@@ -52,10 +52,12 @@ MMA_MICROSCALED = ("mxfp4", "mxfp8", "nvfp4")
 STAGE_TABLE_OF = {ONE_TILE: "one_tile", ONE_TILE_WIDE: "one_tile", DEEP: "deep", ONE_WAVE: "one_wave"}
 
 
-def lane_words(w) -> bool:
-    """Whether a lane's quarter of a group of 2, 3, 5 or 6-bit values is whole 32-bit words (the
-    direct loads unpack those: 2 bits at groups 64 and 128, 3 and 5 at 128, 6 at 64 and 128)."""
-    return (w.group_size // 4 * w.bits) % 32 == 0
+def lane_blocks(w) -> bool:
+    """Whether a lane's quarter of a group of 2, 3, 5 or 6-bit values is whole blocks of 8 k (the
+    direct loads unpack those: every MLX group, 32, 64 and 128). Where the quarter is not whole
+    32-bit words (2 bits at group 32; 3 at 32 and 64; 5 at 32 and 64; 6 at 32) the lane reads
+    the words covering it and shifts them into a stream starting at its first value."""
+    return w.group_size % 32 == 0
 
 
 class MmaRules:
@@ -94,8 +96,8 @@ class MmaRules:
         if len(formats) != 1:
             return False
         for w in spec.weights:
-            if w.affine and w.bits not in MMA_AFFINE_BITS and not lane_words(w):
-                return False  # (2, 3, 5 and 6 bits where a lane's quarter of a group is not whole words)
+            if w.affine and w.bits not in MMA_AFFINE_BITS and not lane_blocks(w):
+                return False  # (2, 3, 5 and 6 bits where a lane's quarter of a group is not whole 8-k blocks)
             if w.quantized and not w.affine and w.mode not in MMA_MICROSCALED:
                 return False
             if not w.quantized and (w.dtype != spec.act_dtype or spec.k_divisor % 32 or not self.dense_mma()):

@@ -125,10 +125,15 @@ VARIANTS = [
     _v("simt-bf16-dense-swiglu-k32", spec("bf16", [WeightFormat("bf16")] * 2, "swiglu", k=32), 32, simd),
     _v("simt-mixed-formats-swiglu", spec("bf16", [Q4, WeightFormat("bf16", 8, 64)], "swiglu"), 2, simd),
     _v("tiled-bf16-q4g64-residual", spec("bf16", [Q4], None, True), 33, tiled),
-    # affine 2, 3, 5, 6 bits (3, 5, 6-bit values straddle words): SIMT where a lane's quarter of a
-    # group is not whole words, and past 32 rows; else the tensor cores' direct loads
-    _v("simt-bf16-q2g32", spec("bf16", [WeightFormat("bf16", 2, 32)]), 1, simd),
-    _v("simt-bf16-q3g32-swiglu", spec("bf16", [WeightFormat("bf16", 3, 32)] * 2, "swiglu"), 8, simd),
+    # affine 2, 3, 5, 6 bits (3, 5, 6-bit values straddle words): the tensor cores' direct loads
+    # (where a lane's quarter of a group is not whole words, its covering words funnel-shifted);
+    # SIMT past 32 rows and with the tensor cores off
+    _v("simt-bf16-q2g32", spec("bf16", [WeightFormat("bf16", 2, 32)]), 1, simd, MMA="0"),
+    _v("simt-bf16-q3g32-swiglu", spec("bf16", [WeightFormat("bf16", 3, 32)] * 2, "swiglu"), 8, simd, MMA="0"),
+    _v("mma-direct-bf16-q2g32", spec("bf16", [WeightFormat("bf16", 2, 32)]), 1, direct),
+    _v("mma-direct-bf16-q3g32-swiglu", spec("bf16", [WeightFormat("bf16", 3, 32)] * 2, "swiglu"), 32, direct),
+    _v("mma-direct-f16-q5g64-bias", spec("f16", [WeightFormat("f16", 5, 64, True, "f16")]), 16, direct),
+    _v("mma-direct-bf16-q6g32-qkv", spec("bf16", [WeightFormat("bf16", 6, 32)] * 3), 8, direct),
     _v("tiled-bf16-q6g64", spec("bf16", [WeightFormat("bf16", 6, 64)]), 33, tiled),
     _v("mma-direct-bf16-q2g64", spec("bf16", [WeightFormat("bf16", 2, 64)]), 1, direct),
     _v("mma-direct-bf16-q3g128-swiglu", spec("bf16", [WeightFormat("bf16", 3, 128)] * 2, "swiglu"), 16, direct),

@@ -374,6 +374,10 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
   for (int n = 0; n < 4; ++n) r |= unsigned((both >> (8 * ((s >> (4 * n)) & 7u))) & 0xFFu) << (8 * n);
   return r;
 }
+// CUDA's: the low word of hi:lo shifted right by shift & 31
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
+  return unsigned(((uint64_t(hi) << 32) | lo) >> (shift & 31u));
+}
 inline unsigned __cvta_generic_to_shared(const void*) { return 0; }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }

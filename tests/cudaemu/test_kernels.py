@@ -43,7 +43,7 @@ def test_cuda_kernels_on_the_cpu_match_float64_and_are_row_invariant(spec, K, N)
         case.invariant(got, spec.name(), bucket=1)
 
 
-WIDTHS = [  # (spec, K, N): affine widths whose lane quarters of a group are not whole words: SIMT
+WIDTHS = [  # (spec, K, N): affine 2, 3 and 5 bits on the SIMT kernel (f32 x, past 32 rows, CUDA_MMA=0)
     (ProjectionSpec("bf16", (WeightFormat("bf16", 2, 32),), k_multiple=256), 512, 40),
     (ProjectionSpec("bf16", (WeightFormat("bf16", 3, 32),), k_multiple=256), 512, 40),  # values straddle words
     (ProjectionSpec("bf16", (WeightFormat("bf16", 5, 64),) * 2, "swiglu", k_multiple=256), 512, 24),
@@ -55,6 +55,16 @@ LOW_BITS = [  # (spec, K, N): affine 2, 3, 5 and 6 bits on the tensor cores' dir
     (ProjectionSpec("bf16", (WeightFormat("bf16", 5, 128),) * 2, "swiglu", k_multiple=256), 512, 24),
     (ProjectionSpec("bf16", (WeightFormat("bf16", 6, 64, True, "bf16"),), k_multiple=256), 512, 40),
     (ProjectionSpec("f16", (WeightFormat("f16", 2, 128),), k_multiple=128), 384, 24),  # 3 chunks: uneven K ranges
+]
+
+STREAMS = [  # (spec, K, N): a lane's quarter of a group not whole words (the covering words, shifted)
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 2, 32),), k_multiple=256), 512, 40),
+    (ProjectionSpec("f16", (WeightFormat("f16", 2, 32),), k_multiple=256), 512, 40),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 3, 32, True, "bf16"),), k_multiple=32), 96, 40),  # 3 chunks
+    (ProjectionSpec("f16", (WeightFormat("f16", 3, 64),), k_multiple=256), 512, 24),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 5, 32),) * 2, "swiglu", k_multiple=256), 512, 24),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 5, 64),), k_multiple=64), 320, 40),  # 5 chunks: uneven K ranges
+    (ProjectionSpec("f16", (WeightFormat("f16", 6, 32),) * 3, k_multiple=256), 512, (24, 16, 8)),  # q/k/v
 ]
 
 
@@ -72,10 +82,30 @@ def test_low_bit_tensor_core_kernels_match_float64_and_are_row_invariant(spec, K
         case.invariant(got, spec.name(), bucket=1)
 
 
+@pytest.mark.parametrize("spec,K,N", STREAMS, ids=[c[0].name() for c in STREAMS])
+def test_low_bit_streams_of_partial_words_match_float64_and_are_row_invariant(spec, K, N):
+    """2, 3, 5 and 6-bit weights where a lane's quarter of a group starts or ends inside a word
+    (values straddling the covering words too): within tolerance at 1, 5 and 32 rows, every row
+    of the 32 the bits it has alone (the 1-row kernel)."""
+    assert rules(spec).supported()
+    case = Case(spec, K, N, rows=32)
+    for bucket, rows in ((1, 1), (8, 5), (32, 32)):
+        art = kernel(spec, bucket, ONE_TILE)
+        assert art.schedule.kind == "mma" and not art.schedule.staged, art.schedule.describe()
+        assert "__funnelshift_r(" in art.source
+        got = case.run(bucket, rows)
+        case.check(got, rows, f"{spec.name()} rows={rows}")
+        case.invariant(got, spec.name(), bucket=1)
+    alone = [case.run(1, 1, start=r) for r in range(32)]
+    for j, y in enumerate(got):
+        assert np.array_equal(np.concatenate([a[j] for a in alone]), y), f"{spec.name()} y{j}: a row differs alone"
+
+
 @pytest.mark.parametrize("spec,K,N", WIDTHS, ids=[c[0].name() for c in WIDTHS])
-def test_cuda_simt_kernels_of_other_formats_match_float64_and_are_row_invariant(spec, K, N):
-    """Affine 2, 3 and 5 bits at groups the tensor-core schedules do not take."""
-    assert not rules(spec).supported()  # (the SIMT kernel, which every width takes)
+def test_cuda_simt_kernels_of_other_formats_match_float64_and_are_row_invariant(env, spec, K, N):
+    """Affine 2, 3 and 5 bits on the SIMT kernel (the tensor-core schedules off)."""
+    env.set("MLX_METILE_CUDA_MMA", "0")
+    assert kernel(spec, 8, ONE_TILE).schedule.kind == "simd_splitk"
     case = Case(spec, K, N, rows=20)
     for bucket, rows in ((1, 1), (8, 3), (32, 20)):
         got = case.run(bucket, rows)

@@ -198,9 +198,10 @@ def quantized_formats(m: Matrix, quick: bool) -> None:
 
 def affine_widths(m: Matrix, quick: bool) -> None:
     """2, 3, 5 and 6-bit weights (3, 5 and 6-bit values straddle words) over K = 1024 at 1-100
-    rows: the tensor-core direct loads up to 32 rows where a lane's quarter of a group is whole
-    words (2 bits at groups 64 / 128, 3 and 5 at 128, 6 at 64 / 128), else the SIMT kernel."""
-    quick_combos = ((2, 64), (3, 32), (3, 128), (5, 128), (6, 64))
+    rows: the tensor-core direct loads up to 32 rows at every group - a lane's quarter of a group
+    whole words (2 bits at groups 64 / 128, 3 and 5 at 128, 6 at 64 / 128), or starting or ending
+    inside a word (2/32, 3/32, 3/64, 5/32, 5/64, 6/32) - and the SIMT kernel past 32 rows."""
+    quick_combos = ((2, 32), (2, 64), (3, 32), (3, 128), (5, 64), (5, 128), (6, 64))
     for dtype in (mx.bfloat16,) if quick else (mx.float16, mx.bfloat16):
         for bits, group in quick_combos if quick else [(b, g) for b in (2, 3, 5, 6) for g in (32, 64, 128)]:
             _one_quantized_weight(m, quick, dtype, bits, group)
@@ -626,11 +627,11 @@ SECTIONS: dict[str, Callable[[Matrix, bool], None]] = {
 }
 
 
-# Cases each section checks (quick, full): what tests/gpu asserts it ran; 617 and 1543 in all.
+# Cases each section checks (quick, full): what tests/gpu asserts it ran; 627 and 1543 in all.
 CASES = {
     "linear": (35, 174),
     "quantized_formats": (30, 180),
-    "affine_widths": (25, 240),
+    "affine_widths": (35, 240),
     "microscaling": (42, 130),
     "format_fusions": (80, 80),
     "odd_group_count": (16, 16),
