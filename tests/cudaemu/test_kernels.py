@@ -68,10 +68,9 @@ STREAMS = [  # (spec, K, N): a lane's quarter of a group not whole words (the co
 ]
 
 
-@pytest.mark.parametrize("spec,K,N", LOW_BITS, ids=[c[0].name() for c in LOW_BITS])
-def test_low_bit_tensor_core_kernels_match_float64_and_are_row_invariant(spec, K, N):
-    """2, 3, 5 and 6-bit weights where a lane's quarter of a group is whole words (the direct
-    loads): within tolerance at 1, 5, 16 and 32 rows, rows alike alone (the 1-row kernel)."""
+def check_direct_loads(spec, K: int, N: int) -> None:
+    """The spec on the tensor cores' direct loads at 1, 5, 16 and 32 rows (each row bucket's kernel):
+    within tolerance of float64, and rows of each the bits of that row computed alone (the 1-row kernel)."""
     assert rules(spec).supported()
     case = Case(spec, K, N, rows=32)
     for bucket, rows in ((1, 1), (8, 5), (16, 16), (32, 32)):
@@ -80,6 +79,13 @@ def test_low_bit_tensor_core_kernels_match_float64_and_are_row_invariant(spec, K
         got = case.run(bucket, rows)
         case.check(got, rows, f"{spec.name()} rows={rows}")
         case.invariant(got, spec.name(), bucket=1)
+
+
+@pytest.mark.parametrize("spec,K,N", LOW_BITS, ids=[c[0].name() for c in LOW_BITS])
+def test_low_bit_tensor_core_kernels_match_float64_and_are_row_invariant(spec, K, N):
+    """2, 3, 5 and 6-bit weights where a lane's quarter of a group is whole words (the direct
+    loads): within tolerance at 1, 5, 16 and 32 rows, rows alike alone (the 1-row kernel)."""
+    check_direct_loads(spec, K, N)
 
 
 @pytest.mark.parametrize("spec,K,N", STREAMS, ids=[c[0].name() for c in STREAMS])
@@ -135,14 +141,7 @@ def test_microscaled_tensor_core_kernels_match_float64_and_are_row_invariant(spe
     affine scales): within tolerance of float64 from the exact dequantisation at 1, 5, 16 and 32
     rows (each row bucket's kernel), and the first, middle and last rows of each the bits of that
     row computed alone by the 1-row kernel."""
-    assert rules(spec).supported()
-    case = Case(spec, K, N, rows=32)
-    for bucket, rows in ((1, 1), (8, 5), (16, 16), (32, 32)):
-        art = kernel(spec, bucket, ONE_TILE)
-        assert art.schedule.kind == "mma" and not art.schedule.staged, art.schedule.describe()
-        got = case.run(bucket, rows)
-        case.check(got, rows, f"{spec.name()} rows={rows}")
-        case.invariant(got, spec.name(), bucket=1)
+    check_direct_loads(spec, K, N)
 
 
 @pytest.mark.parametrize("weight", [mx_format("mxfp4"), WeightFormat("bf16", 3, 128)], ids=["mxfp4", "q3g128"])
