@@ -51,12 +51,19 @@ class ProjectionSpec:
         return d
 
     def vector_buffers(self) -> frozenset[str]:
-        """Buffers whose rows run along K and may be loaded 16 bytes at a time:
-        x and the weights, when K is a multiple of 8 (so a 16-byte vector never
-        crosses a row and one mask covers it)."""
-        if self.k_divisor % 8:
+        """Buffers whose rows run along K and may be loaded 16 bytes at a time: x, when K is a
+        multiple of 8, and each weight whose 16 bytes hold whole K_divisor-value pieces of a row.
+        A lowering masks k < K per piece of k_divisor values, so then one mask covers a vector
+        and a vector never crosses a row. A weight whose 16 bytes span two pieces (nvfp4's 32
+        values where K is known a multiple of 16 only; 2-bit's 64 at a multiple of 32) is loaded
+        a word at a time instead: a vector would be loaded once under each piece's mask (twice),
+        and where K ends in its first piece it would read into the next row, past the buffer's
+        end on the last one."""
+        d = self.k_divisor
+        if d % 8:
             return frozenset()
-        return frozenset(["x"] + [f"w{i}" for i in range(len(self.weights))])
+        ws = [f"w{i}" for i, w in enumerate(self.weights) if not w.quantized or (d * w.bits) % 128 == 0]
+        return frozenset(["x"] + ws)
 
     def name(self) -> str:
         parts = [w.name() for w in self.weights]

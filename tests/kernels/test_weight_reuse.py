@@ -53,9 +53,10 @@ SPECS = {
     "int6_g128": ProjectionSpec("bf16", (WeightFormat("bf16", 6, 128),)),
     "mxfp4": ProjectionSpec("bf16", (WeightFormat("u8", 4, 32, mode="mxfp4"),)),
     "mxfp8": ProjectionSpec("bf16", (WeightFormat("u8", 8, 32, mode="mxfp8"),)),
-    # as dispatch specifies it for K = 512 (K a multiple of 64): where K is known a multiple of 16
-    # only, a lane's two groups have masks of their own and reload its 16-byte vector (1.5x)
     "nvfp4": ProjectionSpec("bf16", (WeightFormat("u8", 4, 16, mode="nvfp4"),), k_multiple=64),
+    # K known a multiple of 16 (or 32) only: a lane's 16 bytes of weights span two k < K masks
+    "nvfp4_k16": ProjectionSpec("bf16", (WeightFormat("u8", 4, 16, mode="nvfp4"),), k_multiple=16),
+    "int2_g32_k32": ProjectionSpec("bf16", (WeightFormat("bf16", 2, 32),), k_multiple=32),
 }
 
 
