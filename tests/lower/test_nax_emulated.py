@@ -73,7 +73,8 @@ def more_cases() -> dict[str, Case]:
     """The other formats and fusions, on fewer rows (test_more_formats_against_float64): affine 2,
     5 and 6 bits (5 and 6 straddle words; 6 at group 128, K = 256 a tail of its K step of 512),
     nvfp4 (group 16 under VK 32; K = 160, a tail of 128), SiLU, and q/k/v of three formats in one
-    call - mxfp8 (group 32 under the 8-bit group 64's VK 64), affine 8-bit, dense bf16."""
+    call - mxfp8 (group 32 under the 8-bit group 64's VK 64), affine 8-bit, dense bf16; then the
+    affine groups 32 and 128 and the fusions over the newer formats."""
     xb = rand((32, 192), BF, 31)
     return {
         "int2_g64": Case(xb, [quantized_weight(37, 192, BF, 2, 64, 32)], [None]),
@@ -92,6 +93,54 @@ def more_cases() -> dict[str, Case]:
             ],
             [rand((32,), BF, 47), None, rand((8,), BF, 48)],
         ),  # fmt: skip
+        **group_cases(),
+        **fused_cases(),
+    }
+
+
+def group_cases() -> dict[str, Case]:
+    """Affine group 32 below 8 bits (K = 160, a tail of the K step of 128 - of 256 at 2 bits, VK
+    64 over two groups; 224 for f16) and group 128 (K = 384, a tail of 512)."""
+    return {
+        "int2_g32_oddN": Case(rand((32, 160), BF, 50), [quantized_weight(37, 160, BF, 2, 32, 51)], [None]),
+        "int3_g32_f16_bias": Case(
+            rand((32, 224), F16, 52), [quantized_weight(40, 224, F16, 3, 32, 53)], [rand((40,), F16, 54)]
+        ),
+        "int4_g32": Case(rand((32, 160), BF, 55), [quantized_weight(24, 160, BF, 4, 32, 56)], [None]),
+        "int5_g32": Case(rand((32, 160), BF, 57), [quantized_weight(24, 160, BF, 5, 32, 58)], [None]),
+        "int6_g32_f16": Case(rand((32, 224), F16, 59), [quantized_weight(24, 224, F16, 6, 32, 60)], [None]),
+        "int4_g128": Case(rand((32, 384), BF, 61), [quantized_weight(24, 384, BF, 4, 128, 62)], [None]),
+        "int3_g128": Case(rand((32, 384), BF, 63), [quantized_weight(24, 384, BF, 3, 128, 64)], [None]),
+    }
+
+
+def fused_cases() -> dict[str, Case]:
+    """SwiGLU and residuals over the newer formats; swiglu_nvfp4 has 70 rows for the GEMM-shaped
+    tile (test_microscaled_gemm_tile)."""
+    x70 = rand((70, 160), BF, 70)
+    return {
+        "swiglu_nvfp4": Case(
+            x70,
+            [microscaled_weight(24, 160, BF, "nvfp4", 71), microscaled_weight(24, 160, BF, "nvfp4", 72)],
+            [None, None],
+            "swiglu",
+        ),  # fmt: skip
+        "residual_mxfp8_bias": Case(
+            rand((32, 160), BF, 73),
+            [microscaled_weight(24, 160, BF, "mxfp8", 74)],
+            [rand((24,), BF, 75)],
+            None,
+            rand((32, 24), BF, 76),
+        ),  # fmt: skip
+        "swiglu_int6_g64": Case(
+            rand((32, 192), BF, 77),
+            [quantized_weight(24, 192, BF, 6, 64, 78), quantized_weight(24, 192, BF, 6, 64, 79)],
+            [None, None],
+            "swiglu",
+        ),  # fmt: skip
+        "residual_int5_g64": Case(
+            rand((32, 192), BF, 80), [quantized_weight(24, 192, BF, 5, 64, 81)], [None], None, rand((32, 24), BF, 82)
+        ),
     }
 
 
@@ -156,7 +205,25 @@ def test_more_formats_rows_invariant(policy, env):
         np.testing.assert_array_equal(together[r], bits(_outs(case, r, r + 1)[0])[0], err_msg=f"{policy}: row {r}")
 
 
-@pytest.mark.parametrize("name", ["int4_g64", "dense_bf16_oddK_bias", "swiglu_int4_g64", "nvfp4_f16"])
+@pytest.mark.parametrize("policy", POLICIES)
+def test_microscaled_gemm_tile(policy, env):
+    """nvfp4 with SwiGLU above 32 rows (BM 64: one and two row blocks) against float64; rows 0,
+    32, 40 and 69 alone equal bit for bit to the same rows among 70."""
+    case = MORE["swiglu_nvfp4"]
+    _nax(env, policy)
+    with mt.trace() as t:
+        for r in (33, 70):
+            check(case, r)
+    kernels = [rec.kernel for rec in t]
+    assert len(kernels) == 2 and all(rec.backend == "emulator" and f"_{policy}_m" in rec.kernel for rec in t), kernels
+    together = bits(_outs(case, 0, 70)[0])
+    for r in (0, 32, 40, 69):
+        np.testing.assert_array_equal(together[r], bits(_outs(case, r, r + 1)[0])[0], err_msg=f"{policy}: row {r}")
+
+
+@pytest.mark.parametrize(
+    "name", ["int4_g64", "dense_bf16_oddK_bias", "swiglu_int4_g64", "nvfp4_f16", "int2_g32_oddN", "int3_g128"]
+)
 def test_direct_and_staged_give_the_same_bits(name, env):
     """The two policies feed matmul2d the same operands in the same order (nvfp4: with U 32 in
     direct, 16 in staged)."""
@@ -203,8 +270,17 @@ def test_weights_read_once_per_call(name, policy, env):
     _check_bytes(CASES[name], policy, (1, 2, 4, 8, 16, 17, 32), env)
 
 
-# a microscaled mode with group 16, 5 and 6 bits (straddling words), three formats in one call
-MORE_BYTE_CASES = ["nvfp4_f16", "int5_g64_f16_bias", "int6_g128", "qkv_mxfp8_int8_dense_bias"]
+# a microscaled mode with group 16, 5 and 6 bits (straddling words), three formats in one call,
+# group 32 below 8 bits (2 bits: two groups per lane's VK; 3 bits: straddling words), group 128
+MORE_BYTE_CASES = [
+    "nvfp4_f16",
+    "int5_g64_f16_bias",
+    "int6_g128",
+    "qkv_mxfp8_int8_dense_bias",
+    "int2_g32_oddN",
+    "int3_g32_f16_bias",
+    "int4_g128",
+]
 
 
 @pytest.mark.parametrize("name", MORE_BYTE_CASES)
