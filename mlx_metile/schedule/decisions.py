@@ -26,15 +26,15 @@ SHIPPED = Path(__file__).with_name("tables") / "cuda_decisions.json"
 FORMAT = 1  # the file's "format": what this module reads
 
 Entry = tuple[str, str, int, int, int]  # (arch, spec name, bucket, K, columns)
+_DEFAULTS = Settings()  # (steered() runs on every CUDA call the dispatch checks)
 
 
 def steered(cfg: Settings) -> bool:
     """Whether a setting steers the CUDA schedules (an MLX_METILE_CUDA_MMA_* knob, the SIMT
     tuning, the tensor-core switches): then the hand rules under it decide, not a decisions file
     measured without it."""
-    default = Settings()
     return bool(cfg.mma or cfg.cuda_tune) or any(
-        getattr(cfg, f) != getattr(default, f)
+        getattr(cfg, f) != getattr(_DEFAULTS, f)
         for f in ("cuda_mma", "cuda_mma_dense", "cuda_mma_fused", "cuda_mma_staged")
     )
 
@@ -68,13 +68,19 @@ def load(file: str) -> dict[Entry, Route]:
     """The entries of a decisions file (the package's may be absent: no entries), read again
     when the file changes."""
     p = Path(file)
+    if p == SHIPPED and not shipped():
+        return {}
     try:
         stamp = p.stat().st_mtime_ns
     except OSError:
-        if p == SHIPPED:
-            return {}
         stamp = -1  # (parse() says what is wrong)
     return parse(file, stamp)
+
+
+@lru_cache(maxsize=1)
+def shipped() -> bool:
+    """Whether the package has a decisions file (package data: looked for once, not on every call)."""
+    return SHIPPED.is_file()
 
 
 @lru_cache(maxsize=8)
