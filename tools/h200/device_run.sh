@@ -4,7 +4,7 @@
 # mlx-lm is needed). Once per warm machine it installs MLX's CUDA build into $HOME/site and
 # installs the package against it (editable, no build isolation: kernels/ is mlx_metile.kernels only
 # through an install, so the bare source tree is not importable); it unpacks the kernel cache that
-# tools/h200/precompile.py filled on a machine without a GPU (.kcache/kcache.tar.gz, a tar
+# tools/h200/precompile.py filled on a machine without a GPU (.kcache/*.tar.gz, tars
 # of that cache's cuda/ folder), prints what MLX and mlx_metile see, then runs the command:
 #   bash tools/h200/device_run.sh CMD...        (METILE_REBUILD=1 rebuilds the extension)
 # A device call brings back at most eight files from $OUT: write results elsewhere and tar them
@@ -28,9 +28,9 @@ if [ "${METILE_REBUILD:-0}" = 1 ] || ! python3 -c "import mlx_metile._ext" 2>/de
   echo "package installed (editable) in $((SECONDS - t0)) s"
 fi
 export MLX_METILE_CACHE=$HOME/kcache MLX_METILE_NVCC=/usr/local/cuda/bin/nvcc
-if [ -f .kcache/kcache.tar.gz ]; then
-  mkdir -p "$HOME/kcache" && tar -xzf .kcache/kcache.tar.gz -C "$HOME/kcache"
-fi
+for part in .kcache/*.tar.gz; do  # (a loan's later calls may carry more parts)
+  [ -f "$part" ] && mkdir -p "$HOME/kcache" && tar -xzf "$part" -C "$HOME/kcache"
+done
 python3 - <<'EOF'
 import mlx.core as mx
 from mlx_metile.backends.cuda_device import cuda_arch
