@@ -52,5 +52,7 @@ def ring_rows(spec: ProjectionSpec, tiles: int = 1) -> int:
 
 
 def slot_bytes(spec: ProjectionSpec, tiles: int, groups: int, row_pad: int) -> int:
-    """One stage of one warp: the weight rows (padded), then scales, then biases."""
-    return ring_rows(spec, tiles) * (groups * chunk_bytes(spec) + row_pad + 2 * groups * scale_bytes_of(spec))
+    """One stage of one warp: the weight rows (padded), then scales, then biases (none microscaled)."""
+    w = spec.weights[0]
+    params = 1 if w.quantized and not w.affine else 2
+    return ring_rows(spec, tiles) * (groups * chunk_bytes(spec) + row_pad + params * groups * scale_bytes_of(spec))
