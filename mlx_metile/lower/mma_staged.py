@@ -1,9 +1,9 @@
-"""The `mma` schedule with staged weights (the CUDA default for affine 4/8-bit, mxfp4, mxfp8 and
+"""The `mma` schedule with staged weights (the CUDA default for affine 4/8-bit, microscaled and
 dense weights).
 
 Same math as the direct loads (mma.py: exact integer MMAs per group, the affine scaling in f32
-per group, the same lane <-> k mapping; microscaled weights: the same decoding and e8m0 scaling
-per group), but the weights, scales and biases reach the lanes through shared memory:
+per group, the same lane <-> k mapping; microscaled weights: the same decoding and scaling per
+group), but the weights, scales and biases reach the lanes through shared memory:
 
     global --cp.async--> a ring of S stages per warp --shared loads--> lanes
 
@@ -71,9 +71,9 @@ class StagedMMALowering(MMALowering):
     def __init__(self, program, schedule: Schedule, spec: ProjectionSpec):
         super().__init__(program, schedule, spec)
         w = spec.weights[0]
-        if self.folded or self.lowbit:  # (MmaRules.stageable says no)
+        if self.lowbit:  # (MmaRules.stageable says no)
             raise LowerError(
-                f"{program.name}: the staged ring takes dense weights, affine 4 or 8 bits, mxfp4 and mxfp8,"
+                f"{program.name}: the staged ring takes dense weights, affine 4 or 8 bits and microscaled ones,"
                 f" not {w.short()}"
             )
         self.groups = schedule.groups
@@ -140,8 +140,10 @@ class StagedMMALowering(MMALowering):
                             within = Const(4 * self.sector_word(v0, bits)) + t * bits
                         at = slot + row * self.stride + self.piece(Const(b * self.group_bytes) + within)
                         out.append(LaneLoad(self.word_vector, f"w{j}_{tile}{h}v{v0}_{b}", TRUE, at))
-                    if self.micro:  # the chunk's uint8 scale; no biases
+                    if self.micro:  # the chunk's uint8 scale (nvfp4: of the lane's group, t / 2); no biases
                         at = slot + self.scales_at + row * self.scale_bytes + b
+                        if self.folded:
+                            at = slot + self.scales_at + row * self.scale_bytes + P(Const(2 * b) + P(V("t") >> 1))
                         out.append(LaneLoad("u8", f"s{j}_{tile}{h}_{b}", TRUE, at))
                         continue
                     if self.scale_vector and b:
@@ -258,7 +260,7 @@ class StagedMMALowering(MMALowering):
         if not w.quantized:
             return declared + out
         # scales and biases: in pass p, lane r < rows - 32 p copies ring row 32 p + r's
-        size = scale_bytes_of(self.spec)
+        size = 1 if self.micro else scale_bytes_of(self.spec)  # bytes of one scale
 
         def param(name):
             def at(m, local):

@@ -45,10 +45,8 @@ XSHARE_WARPS = 4
 XSHARE_ROWS = 32
 GATE_UP_16_BLOCKS = 3
 MMA_AFFINE_BITS = (4, 8)  # affine widths every kernel unpacks (2, 3, 5, 6: the direct loads, lane_blocks)
-# microscaled modes the direct-load kernel takes (lower/mma.py), and those the staged ring and
-# shared x take too (stageable)
+# microscaled modes the tensor-core kernels take (lower/mma.py; the staged ring and shared x too)
 MMA_MICROSCALED = ("mxfp4", "mxfp8", "nvfp4")
-STAGED_MICROSCALED = ("mxfp4", "mxfp8")
 # groups per stage of microscaled weights: the direct loads' K alignment (lower/mma.py
 # SPLIT_ALIGN), so that both kernels split K into the same ranges and give the same bits
 MICRO_GROUPS = 4
@@ -168,12 +166,10 @@ class MmaRules:
     @cached_property
     def stageable(self) -> bool:
         """K a whole number of stages, a column's stage at most 512 bytes with its scales in one
-        copy of at most 16 bytes; not `wide`, not nvfp4 or affine 2, 3, 5, 6 bits, not with the
-        staged ring turned off."""
+        copy of at most 16 bytes; not `wide`, not affine 2, 3, 5, 6 bits, not with the staged ring
+        turned off."""
         if not self.cfg.cuda_mma_staged or self.wide:
             return False
-        if self.micro and self.w.mode not in STAGED_MICROSCALED:
-            return False  # nvfp4: the direct loads only
         if self.w.affine and self.w.bits not in MMA_AFFINE_BITS:
             return False  # affine 2, 3, 5 and 6 bits: the direct loads only
         if not self.w.quantized and self.dense_mode != "staged":

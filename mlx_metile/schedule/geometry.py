@@ -32,7 +32,9 @@ def scale_bytes_of(spec: ProjectionSpec) -> int:
     w = spec.weights[0]
     if not w.quantized:
         return 0
-    return 1 if not w.affine else 4 if w.dtype == "f32" else 2  # microscaled: one uint8 scale
+    if not w.affine:  # microscaled: a uint8 scale per group (nvfp4: two groups a chunk)
+        return chunk_k(spec) // w.group_size
+    return 4 if w.dtype == "f32" else 2
 
 
 def lane_load_bytes(spec: ProjectionSpec, sector: bool, wide: bool = False) -> int:

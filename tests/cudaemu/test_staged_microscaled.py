@@ -1,7 +1,8 @@
-"""mxfp4 and mxfp8 through the staged ring (lower/mma_staged.py) on the CPU: within the float64
-tolerance of the exact dequantisation, rows invariant bit for bit, and every output the bits of
-the direct-load kernel (MLX_METILE_CUDA_MMA_STAGED=0): the ring moves bytes only, its stages of
-MmaRules.MICRO_GROUPS groups keep the direct loads' K ranges, so every sum runs in the same order."""
+"""mxfp4, mxfp8 and nvfp4 through the staged ring (lower/mma_staged.py) on the CPU: within the
+float64 tolerance of the exact dequantisation, rows invariant bit for bit, and every output the
+bits of the direct-load kernel (MLX_METILE_CUDA_MMA_STAGED=0): the ring moves bytes only, and its
+stages of schedule.cuda_mma.MICRO_GROUPS chunks keep the direct loads' K ranges, so every sum
+runs in the same order."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from .cases import Case, cancelling, kernel, rules, same, set_knobs
 
 
 def mx_format(mode: str, bias: str = "") -> WeightFormat:
-    bits = {"mxfp4": 4, "mxfp8": 8}[mode]
-    return WeightFormat("u8", bits, 32, bool(bias), bias or "f32", mode)
+    group, bits = {"mxfp4": (32, 4), "mxfp8": (32, 8), "nvfp4": (16, 4)}[mode]
+    return WeightFormat("u8", bits, group, bool(bias), bias or "f32", mode)
 
 
 STAGED = [  # (spec, K, N)
@@ -28,6 +29,9 @@ STAGED = [  # (spec, K, N)
     (ProjectionSpec("f16", (mx_format("mxfp8"),), k_multiple=128), 640, 41),  # 5 stages: uneven K ranges
     (ProjectionSpec("bf16", (mx_format("mxfp4"),) * 2, "swiglu", k_multiple=256), 512, 24),
     (ProjectionSpec("bf16", (mx_format("mxfp8"),) * 3, k_multiple=256), 512, (40, 16, 24)),  # q/k/v
+    (ProjectionSpec("bf16", (mx_format("nvfp4"),), k_multiple=256), 512, 37),  # e4m3 scales folded into A
+    (ProjectionSpec("f16", (mx_format("nvfp4", "f16"),), k_multiple=128), 640, 24),
+    (ProjectionSpec("bf16", (mx_format("nvfp4"),) * 2, "swiglu", k_multiple=256), 512, 24),
 ]
 
 
@@ -57,7 +61,8 @@ def test_staged_microscaled_kernels_match_float64_the_direct_loads_and_are_row_i
     ):
         art = kernel(spec, bucket, layout)
         assert art.schedule.kind == "mma" and art.schedule.staged, art.schedule.describe()
-        assert "metile_cp_small<4>(" in art.source  # a column's 4 scale bytes of a stage, one copy
+        per_stage = 4 * (32 // spec.weights[0].group_size)  # a column's scale bytes of a stage: one copy
+        assert f"metile_cp_small<{per_stage}>(" in art.source
         got = case.run_kernel(art, rows)
         what = f"{spec.name()} rows={rows} layout={layout}"
         case.check(got, rows, what)
@@ -65,7 +70,7 @@ def test_staged_microscaled_kernels_match_float64_the_direct_loads_and_are_row_i
         case.invariant(got, what, bucket=1)
 
 
-@pytest.mark.parametrize("mode", ["mxfp4", "mxfp8"])
+@pytest.mark.parametrize("mode", ["mxfp4", "mxfp8", "nvfp4"])
 def test_staged_microscaled_sums_run_in_the_direct_loads_order(env, mode):
     """Every 128th k of x +-2**24 (signs alternating) over a weight of one 128-k block repeated:
     the K ranges' partial sums, near +-2**24 * w, cancel, so their f32 rounding shows in the bf16
@@ -87,7 +92,7 @@ def test_staged_microscaled_sums_run_in_the_direct_loads_order(env, mode):
     assert not same(case.run_kernel(other, 8), want), "other K ranges gave the same bits: the check is blind"
 
 
-@pytest.mark.parametrize("mode", ["mxfp4", "mxfp8"])
+@pytest.mark.parametrize("mode", ["mxfp4", "mxfp8", "nvfp4"])
 def test_shared_x_over_microscaled_weights_gives_the_direct_loads_bits(env, mode):
     """MLX_METILE_CUDA_MMA_XSHARE=4 (shared x, mma_xshare.py, over the same staged weights) on a
     32-row SwiGLU: within tolerance and the bits of the direct loads and of the K-split ring."""
