@@ -1,8 +1,9 @@
-"""The `mma` schedule with staged weights (the CUDA default for 4/8-bit and dense weights).
+"""The `mma` schedule with staged weights (the CUDA default for affine 4/8-bit, microscaled and
+dense weights).
 
 Same math as the direct loads (mma.py: exact integer MMAs per group, the affine scaling in f32
-per group, the same lane <-> k mapping), but the weights, scales and biases reach the lanes
-through shared memory:
+per group, the same lane <-> k mapping; microscaled weights: the same decoding and scaling per
+group), but the weights, scales and biases reach the lanes through shared memory:
 
     global --cp.async--> a ring of S stages per warp --shared loads--> lanes
 
@@ -70,14 +71,15 @@ class StagedMMALowering(MMALowering):
     def __init__(self, program, schedule: Schedule, spec: ProjectionSpec):
         super().__init__(program, schedule, spec)
         w = spec.weights[0]
-        if self.micro or self.lowbit:  # (MmaRules.stageable says no)
+        if self.lowbit:  # (MmaRules.stageable says no)
             raise LowerError(
-                f"{program.name}: the staged ring takes dense weights and affine 4 or 8 bits, not {w.short()}"
+                f"{program.name}: the staged ring takes dense weights, affine 4 or 8 bits and microscaled ones,"
+                f" not {w.short()}"
             )
         self.groups = schedule.groups
         self.align = self.batch = self.groups  # whole stages per warp; a stage is one batch
-        # a column's 16-bit scales of a stage: one word
-        self.scale_vector = w.quantized and w.dtype != "f32"
+        # a column's 16-bit scales of a stage: one word (microscaled: a uint8 load per chunk)
+        self.scale_vector = w.affine and w.dtype != "f32"
         self.group_bytes = chunk_bytes(spec)  # one chunk of a column: a group, or 32 dense k
         self.row_bytes = self.groups * self.group_bytes
         self.stride = self.row_bytes + schedule.row_pad
@@ -138,6 +140,12 @@ class StagedMMALowering(MMALowering):
                             within = Const(4 * self.sector_word(v0, bits)) + t * bits
                         at = slot + row * self.stride + self.piece(Const(b * self.group_bytes) + within)
                         out.append(LaneLoad(self.word_vector, f"w{j}_{tile}{h}v{v0}_{b}", TRUE, at))
+                    if self.micro:  # the chunk's uint8 scale (nvfp4: of the lane's group, t / 2); no biases
+                        at = slot + self.scales_at + row * self.scale_bytes + b
+                        if self.folded:
+                            at = slot + self.scales_at + row * self.scale_bytes + P(Const(2 * b) + P(V("t") >> 1))
+                        out.append(LaneLoad("u8", f"s{j}_{tile}{h}_{b}", TRUE, at))
+                        continue
                     if self.scale_vector and b:
                         continue
                     typ = {2: "bits32", 4: "bits32x2", 8: "bits32x4"}[self.groups] if self.scale_vector else "f32"
@@ -252,7 +260,7 @@ class StagedMMALowering(MMALowering):
         if not w.quantized:
             return declared + out
         # scales and biases: in pass p, lane r < rows - 32 p copies ring row 32 p + r's
-        size = scale_bytes_of(self.spec)
+        size = 1 if self.micro else scale_bytes_of(self.spec)  # bytes of one scale
 
         def param(name):
             def at(m, local):
@@ -260,24 +268,28 @@ class StagedMMALowering(MMALowering):
 
             return at
 
+        params = self.params()
         for pas in range(self.scale_passes):
             cs, cz, csok = V(f"cs{pas}"), V(f"cz{pas}"), V(f"csok{pas}")
-            out.append(
-                Line(
-                    [Decl(CONST_BYTES, cs.name, NULL), Decl(CONST_BYTES, cz.name, NULL), Decl("bool", csok.name, FALSE)]
-                )
-            )
+            pointers = [Decl(CONST_BYTES, var.name, NULL) for var in (cs, cz)[: len(params)]]
+            out.append(Line([*pointers, Decl("bool", csok.name, FALSE)]))
             for band in range(2 * pas, min(2 * pas + 2, self.nrows // TILE)):  # 16-row bands of this pass
                 j, tile = divmod(band, self.tiles)
                 lo = TILE * band - 32 * pas
                 col = P(self.col_base() + TILE * tile + lane - lo)
                 inner: list = []
-                for name, var in (("scales", cs), ("biases", cz)):
+                for (name, _), var in zip(params, (cs, cz)):
                     block = self.source(j, col, param(name))
                     block.append(Line([Assign(var, V("src")), Assign(csok, V("ok"))]))
                     inner.append(Block(block))
                 out.append(If(lane.ge(lo).and_(lane.lt(lo + TILE)), inner))
         return declared + out
+
+    def params(self) -> list[tuple[str, int]]:
+        """(buffer, offset in a slot) of the per-group parameters staged: scales and biases, or
+        a microscaled weight's scales."""
+        both = [("scales", self.scales_at), ("biases", self.biases_at)]
+        return both[:1] if self.micro else both
 
     def copy_stage(self, stage: Expr, slot: Expr) -> list:
         """Statements issuing the copies of stage `stage` into ring slot `slot`."""
@@ -301,7 +313,7 @@ class StagedMMALowering(MMALowering):
         out.append(Decl("size", "so", Cast("size", chunk0) * scale_bytes_of(self.spec), const=True))
         for pas in range(self.scale_passes):
             copies: list = []
-            for var, base in (("cs", self.scales_at), ("cz", self.biases_at)):
+            for var, (_, base) in zip(("cs", "cz"), self.params()):
                 to = dst + base + P(Const(32 * pas) + V("lane")) * self.scale_bytes
                 copies.append(AsyncCopy(to, V(f"{var}{pas}") + V("so"), self.scale_bytes, V(f"csok{pas}")))
             out.append(If(V("lane").lt(min(32, self.nrows - 32 * pas)), copies))

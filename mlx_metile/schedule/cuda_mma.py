@@ -45,9 +45,11 @@ XSHARE_WARPS = 4
 XSHARE_ROWS = 32
 GATE_UP_16_BLOCKS = 3
 MMA_AFFINE_BITS = (4, 8)  # affine widths every kernel unpacks (2, 3, 5, 6: the direct loads, lane_blocks)
-# microscaled modes the direct-load kernel takes (lower/mma.py); the staged ring and shared x
-# take affine and dense weights only (stageable)
+# microscaled modes the tensor-core kernels take (lower/mma.py; the staged ring and shared x too)
 MMA_MICROSCALED = ("mxfp4", "mxfp8", "nvfp4")
+# groups per stage of microscaled weights: the direct loads' K alignment (lower/mma.py
+# SPLIT_ALIGN), so that both kernels split K into the same ranges and give the same bits
+MICRO_GROUPS = 4
 # Stage tables by layout (ONE_TILE_WIDE's one-tile kernels are ONE_TILE's)
 STAGE_TABLE_OF = {ONE_TILE: "one_tile", ONE_TILE_WIDE: "one_tile", DEEP: "deep", ONE_WAVE: "one_wave"}
 
@@ -147,6 +149,8 @@ class MmaRules:
         value = self.knob("groups")
         if value is not None:
             return value
+        if self.micro:
+            return MICRO_GROUPS
         groups = max(2, min(8, 128 // chunk_bytes(self.spec, self.wide)))
         if self.w.dtype == "f32":
             groups = min(groups, 4)  # f32 scales: at most 16 bytes a column
@@ -154,14 +158,20 @@ class MmaRules:
             groups //= 2
         return groups
 
+    @property
+    def micro(self) -> bool:
+        """Microscaled weights (uint8 scales, no biases)."""
+        return self.w.quantized and not self.w.affine
+
     @cached_property
     def stageable(self) -> bool:
         """K a whole number of stages, a column's stage at most 512 bytes with its scales in one
-        copy of at most 16 bytes; not `wide`, not microscaled, not with the staged ring turned off."""
+        copy of at most 16 bytes; not `wide`, not affine 2, 3, 5, 6 bits, not with the staged ring
+        turned off."""
         if not self.cfg.cuda_mma_staged or self.wide:
             return False
-        if self.w.quantized and (not self.w.affine or self.w.bits not in MMA_AFFINE_BITS):
-            return False  # microscaled, affine 2, 3, 5 and 6 bits: the direct loads only
+        if self.w.affine and self.w.bits not in MMA_AFFINE_BITS:
+            return False  # affine 2, 3, 5 and 6 bits: the direct loads only
         if not self.w.quantized and self.dense_mode != "staged":
             return False
         g = self.groups
@@ -241,6 +251,8 @@ class MmaRules:
         """(KB, stages) of the staged rings where a measured rule applies, else (0, 0)."""
         if self.knob("smem") is not None or self.knob("stages") is not None or not self.stageable:
             return (0, 0)
+        if self.micro:  # (the tables were measured on affine and dense weights)
+            return (0, 0)
         spec, w, rings, stage_tables = self.spec, self.w, self.tables.rings, self.tables.stage_tables
         q8g128 = w.quantized and w.bits == 8 and w.group_size == 128
         if q8g128 and spec.epilogue == "swiglu" and layout == TILES:
@@ -287,7 +299,8 @@ class MmaRules:
         if dense_staged and DENSE_WARPS * 2 * self.slot_bytes() <= self.ring_budget(DENSE_WARPS):
             warps = DENSE_WARPS
         wider = 2 * warps if dense_staged else SPREAD_WARPS
-        spread = layout == SPREAD or (layout == DEEP and w.bits == 8)
+        # (microscaled: the direct loads' K ranges, whichever loads the ring takes)
+        spread = not self.micro and (layout == SPREAD or (layout == DEEP and w.bits == 8))
         if spread and self.stageable and wider * 2 * self.slot_bytes() <= self.ring_budget(wider):
             return wider
         return warps

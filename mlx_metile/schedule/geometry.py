@@ -32,7 +32,9 @@ def scale_bytes_of(spec: ProjectionSpec) -> int:
     w = spec.weights[0]
     if not w.quantized:
         return 0
-    return 1 if not w.affine else 4 if w.dtype == "f32" else 2  # microscaled: one uint8 scale
+    if not w.affine:  # microscaled: a uint8 scale per group (nvfp4: two groups a chunk)
+        return chunk_k(spec) // w.group_size
+    return 4 if w.dtype == "f32" else 2
 
 
 def lane_load_bytes(spec: ProjectionSpec, sector: bool, wide: bool = False) -> int:
@@ -52,5 +54,7 @@ def ring_rows(spec: ProjectionSpec, tiles: int = 1) -> int:
 
 
 def slot_bytes(spec: ProjectionSpec, tiles: int, groups: int, row_pad: int) -> int:
-    """One stage of one warp: the weight rows (padded), then scales, then biases."""
-    return ring_rows(spec, tiles) * (groups * chunk_bytes(spec) + row_pad + 2 * groups * scale_bytes_of(spec))
+    """One stage of one warp: the weight rows (padded), then scales, then biases (none microscaled)."""
+    w = spec.weights[0]
+    params = 1 if w.quantized and not w.affine else 2
+    return ring_rows(spec, tiles) * (groups * chunk_bytes(spec) + row_pad + params * groups * scale_bytes_of(spec))

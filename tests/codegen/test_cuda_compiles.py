@@ -117,6 +117,10 @@ def direct(a):
 
 Q4G64B = WeightFormat("bf16", 4, 64, True, "bf16")
 Q8G128 = WeightFormat("bf16", 8, 128)
+MXFP4 = WeightFormat("u8", 4, 32, mode="mxfp4")
+MXFP8 = WeightFormat("u8", 8, 32, mode="mxfp8")
+MXFP8B = WeightFormat("u8", 8, 32, True, "bf16", "mxfp8")
+NVFP4 = WeightFormat("u8", 4, 16, mode="nvfp4")
 VARIANTS = [
     # SIMT: f32 activations, mixed formats, dense K not holding stages, and past 32 rows
     _v("simt-f32-dense-gelu", spec("f32", [WeightFormat("f32")], "gelu"), 4, simd),
@@ -156,13 +160,14 @@ VARIANTS = [
     _v("mma-wide-q8g32-residual", spec("f16", [Q8], None, True, k=64), 1, lambda a: a.schedule.wide, MMA_WIDE="1"),
     _v("mma-direct-q8-split", spec("bf16", [WeightFormat("bf16", 8, 64)] * 2, "swiglu"), 16,
        lambda a: direct(a) and a.schedule.q8split, MMA_STAGED="0"),
-    # microscaled weights: the direct loads only (mx: e8m0 scales in f32; nvfp4: e4m3 scales folded)
-    _v("mma-direct-bf16-mxfp4", spec("bf16", [WeightFormat("u8", 4, 32, mode="mxfp4")]), 1, direct),
-    _v("mma-direct-f16-mxfp8-swiglu", spec("f16", [WeightFormat("u8", 8, 32, mode="mxfp8")] * 2, "swiglu"), 8,
-       direct),
-    _v("mma-direct-f16-nvfp4-bias", spec("f16", [WeightFormat("u8", 4, 16, True, "f16", "nvfp4")]), 32, direct),
-    _v("mma-direct-bf16-nvfp4-swiglu", spec("bf16", [WeightFormat("u8", 4, 16, mode="nvfp4")] * 2, "swiglu"), 16,
-       direct),
+    # microscaled weights on the direct loads (mx: e8m0 scales in f32; nvfp4: e4m3 scales folded)
+    _v("mma-direct-bf16-mxfp4", spec("bf16", [MXFP4]), 1, direct, MMA_STAGED="0"),
+    _v("mma-direct-f16-mxfp8-swiglu", spec("f16", [MXFP8] * 2, "swiglu"), 8, direct, MMA_STAGED="0"),
+    _v("mma-direct-bf16-mxfp4-k32", spec("bf16", [MXFP4], k=32), 16, direct),  # K may not hold a stage
+    _v("mma-direct-f16-nvfp4-bias", spec("f16", [WeightFormat("u8", 4, 16, True, "f16", "nvfp4")]), 32, direct,
+       MMA_STAGED="0"),
+    _v("mma-direct-bf16-nvfp4-swiglu", spec("bf16", [NVFP4] * 2, "swiglu"), 16, direct, MMA_STAGED="0"),
+    _v("mma-direct-bf16-nvfp4-k64", spec("bf16", [NVFP4], k=64), 1, direct),  # K may not hold a stage
     # the staged ring
     _v("staged-q4g64-swiglu-bias-strided", spec("bf16", [Q4G64B] * 2, "swiglu"), 16,
        lambda a: staged(a) and a.schedule.strided),
@@ -195,6 +200,21 @@ VARIANTS = [
        lambda a: staged(a) and a.schedule.BN == 2 * TILE and "csok1" in a.source,
        MMA_GROUPS="2", MMA_BANKPAD="0", MMA_TILES="2"),
     _v("shared-x-swiglu", spec("bf16", [Q4] * 2, "swiglu"), 32, lambda a: a.schedule.xshare > 0),
+    # microscaled weights through the ring: uint8 scales, no biases (nvfp4: two a chunk)
+    _v("staged-bf16-mxfp4", spec("bf16", [MXFP4]), 1, lambda a: staged(a) and "metile_cp_small<4>(" in a.source),
+    _v("staged-f16-mxfp8-swiglu", spec("f16", [MXFP8] * 2, "swiglu"), 8, staged),
+    _v("staged-bf16-mxfp8-qkv-bias-tiles", spec("bf16", [MXFP8B] * 3), 32,
+       lambda a: staged(a) and a.schedule.BN > TILE, TILES),
+    _v("staged-bf16-mxfp4-deep", spec("bf16", [MXFP4]), 16, staged, DEEP),
+    _v("staged-f16-mxfp8-residual-one-wave", spec("f16", [MXFP8], None, True), 1, staged, ONE_WAVE),
+    _v("shared-x-mxfp4-swiglu", spec("bf16", [MXFP4] * 2, "swiglu"), 32, lambda a: a.schedule.xshare > 0,
+       MMA_XSHARE="4"),
+    _v("staged-bf16-nvfp4", spec("bf16", [NVFP4]), 1, lambda a: staged(a) and "metile_cp_small<8>(" in a.source),
+    _v("staged-f16-nvfp4-bias-swiglu-tiles", spec("f16", [WeightFormat("u8", 4, 16, True, "f16", "nvfp4")] * 2,
+       "swiglu"), 32, staged, TILES),
+    _v("shared-x-nvfp4-swiglu", spec("bf16", [NVFP4] * 2, "swiglu"), 32, lambda a: a.schedule.xshare > 0,
+       MMA_XSHARE="4"),
+    _v("fused-rmsnorm-mxfp8", spec("bf16", [MXFP8], norm=1e-5), 4, lambda a: staged(a) and "norm" in [p.name for p in a.params]),
     _v("fused-rmsnorm-qkv", spec("bf16", [Q4] * 3, norm=1e-5), 4, lambda a: "norm" in [p.name for p in a.params]),
 ]  # fmt: skip
 
@@ -275,6 +295,9 @@ def launch_bound(s: ProjectionSpec, art) -> str:
 
 
 STAGED_SPECS = [
+    spec("bf16", [MXFP4]),
+    spec("f16", [MXFP8] * 2, "swiglu"),
+    spec("bf16", [NVFP4]),
     spec("bf16", [Q4G64B] * 2, "swiglu"),
     spec("bf16", [WeightFormat("bf16", 4, 32)]),
     spec("f16", [WeightFormat("f16", 4, 128)], None, True),

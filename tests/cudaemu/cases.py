@@ -171,9 +171,14 @@ def cancelling(case: Case, span: int, scale: float = 4096.0) -> Case:
     f, K, rows = case.spec.weights[0], case.K, case.x.shape[0]
     block = rand((case.N, span), mx.bfloat16, 7, 0.05)
     dense = mx.concatenate([block] * (K // span), axis=1)
-    wq, s, b = mx.quantize(dense, group_size=f.group_size, bits=f.bits)
-    case.replace(w0=bits(wq), scales0=bits(s), biases0=bits(b))
-    case.w = [dequantize_exact(wq, s, b, f.group_size, f.bits)]
+    if f.quantized and not f.affine:  # microscaled: uint8 scales, no biases
+        wq, s = mx.quantize(dense, mode=f.mode)
+        case.replace(w0=bits(wq), scales0=np.array(s))
+        case.w = [microscaling.dequantize_exact(wq, s, f.group_size, f.bits, f.mode)]
+    else:
+        wq, s, b = mx.quantize(dense, group_size=f.group_size, bits=f.bits)
+        case.replace(w0=bits(wq), scales0=bits(s), biases0=bits(b))
+        case.w = [dequantize_exact(wq, s, b, f.group_size, f.bits)]
     v = np.array(rand((rows, span), mx.float32, 8))
     signs = np.repeat((-1.0) ** np.arange(K // span), span)
     x = np.tile(v, K // span) * signs * scale + np.array(rand((rows, K), mx.float32, 9))

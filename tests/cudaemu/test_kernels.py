@@ -136,18 +136,19 @@ MICROSCALED = [  # (spec, K, N): MLX's microscaling modes on the tensor cores' d
 
 
 @pytest.mark.parametrize("spec,K,N", MICROSCALED, ids=[c[0].name() for c in MICROSCALED])
-def test_microscaled_tensor_core_kernels_match_float64_and_are_row_invariant(spec, K, N):
-    """mxfp4, mxfp8 and nvfp4 on the tensor cores (the direct loads: the staged ring holds
-    affine scales): within tolerance of float64 from the exact dequantisation at 1, 5, 16 and 32
-    rows (each row bucket's kernel), and the first, middle and last rows of each the bits of that
-    row computed alone by the 1-row kernel."""
+def test_microscaled_tensor_core_kernels_match_float64_and_are_row_invariant(env, spec, K, N):
+    """mxfp4, mxfp8 and nvfp4 on the tensor cores' direct loads (the staged ring turned off; it
+    takes them by default where K holds whole stages: test_staged_microscaled.py): within tolerance of float64
+    from the exact dequantisation at 1, 5, 16 and 32 rows (each row bucket's kernel), and the
+    first, middle and last rows of each the bits of that row computed alone by the 1-row kernel."""
+    env.set("MLX_METILE_CUDA_MMA_STAGED", "0")
     check_direct_loads(spec, K, N)
 
 
-@pytest.mark.parametrize("weight", [mx_format("mxfp4"), WeightFormat("bf16", 3, 128)], ids=["mxfp4", "q3g128"])
-def test_staged_ring_refuses_microscaled_and_low_bit_weights_by_name(weight):
+@pytest.mark.parametrize("weight", [WeightFormat("bf16", 3, 128), WeightFormat("f16", 5, 64)], ids=["q3g128", "q5g64"])
+def test_staged_ring_refuses_low_bit_weights_by_name(weight):
     """MmaRules never stages them (the direct loads); a staged Schedule given anyway is refused
-    naming the format, rather than building a ring of 16-bit scales over uint8 ones."""
+    naming the format, rather than building a ring of another format's scales."""
     spec = ProjectionSpec("bf16", (weight,), k_multiple=256)
     assert not rules(spec).stageable
     staged = rules(ProjectionSpec("bf16", (q4,), k_multiple=256)).schedule(16, TILES)
@@ -310,7 +311,7 @@ NORM_CASES = [  # (weight, K, N, k_multiple): RMSNorm fused into the tensor-core
     (q8, 512, 40, 256),
     (WeightFormat("bf16"), 512, 48, 256),  # dense, 8 warps
     (q4, 17 * 64, 32, 64),  # odd group count: direct loads
-    (mx_format("nvfp4"), 512, 40, 256),  # microscaled: direct loads
+    (mx_format("nvfp4"), 512, 40, 256),  # microscaled: staged ring
 ]
 
 

@@ -1,7 +1,7 @@
 """The decision table of `mlx_metile.schedule.choose` over a grid of calls, and its snapshot.
 
 The grid: weight formats (dense bf16 / f16; affine 4- and 8-bit, groups 32 / 64 / 128, scales
-bf16 / f16 / f32) x fusions (one weight, with a bias, with a residual, a SwiGLU gate/up pair,
+bf16 / f16 / f32; mxfp4, mxfp8, nvfp4) x fusions (one weight, with a bias, with a residual, a SwiGLU gate/up pair,
 concatenated q/k/v) x shapes (the CUDA benchmarks' products, their SwiGLU and q/k/v versions, a
 few small and odd ones) x rows (1, 2, 4, 8, 16, 32, 33) x targets (CPU's MSL, CUDA sm_90, sm_80,
 compute_75), under the default settings. Each entry is the whole Schedule (`Schedule.knobs()`).
@@ -42,7 +42,8 @@ TARGETS: dict[str, Target] = {
 
 DENSE = [WeightFormat("bf16"), WeightFormat("f16")]
 AFFINE = [WeightFormat(s, b, g) for b in (4, 8) for g in (32, 64, 128) for s in ("bf16", "f16", "f32")]
-FORMATS = DENSE + AFFINE
+MICROSCALED = [WeightFormat("u8", b, g, mode=m) for m, b, g in (("mxfp4", 4, 32), ("mxfp8", 8, 32), ("nvfp4", 4, 16))]
+FORMATS = DENSE + AFFINE + MICROSCALED
 
 # (K, N): the CUDA benchmarks' single products, then small and odd ones (K not a multiple of 32 or 64)
 SINGLE_SHAPES = [
@@ -90,7 +91,7 @@ class Case:
 
 
 def activation(w: WeightFormat) -> str:
-    """The activations a format is used with: its own 2-byte dtype, bf16 beside f32 scales."""
+    """The activations a format is used with: its own 2-byte dtype, bf16 beside f32 or uint8 scales."""
     return w.dtype if w.dtype in ("bf16", "f16") else "bf16"
 
 
@@ -99,7 +100,7 @@ def spec_of(fusion: str, w: WeightFormat, K: int, target: Target) -> ProjectionS
     act = activation(w)
     k_multiple = math.gcd(K, 256 if target.language == "cuda" else 64)
     if fusion == "bias":
-        w = WeightFormat(w.dtype, w.bits, w.group_size, True, act)
+        w = WeightFormat(w.dtype, w.bits, w.group_size, True, act, w.mode)
     weights = {"swiglu": 2, "qkv": 3}.get(fusion, 1)
     epilogue = "swiglu" if fusion == "swiglu" else None
     return ProjectionSpec(act, (w,) * weights, epilogue, fusion == "residual", k_multiple=k_multiple)

@@ -1,0 +1,108 @@
+"""mxfp4, mxfp8 and nvfp4 through the staged ring (lower/mma_staged.py) on the CPU: within the
+float64 tolerance of the exact dequantisation, rows invariant bit for bit, and every output the
+bits of the direct-load kernel (MLX_METILE_CUDA_MMA_STAGED=0): the ring moves bytes only, and its
+stages of schedule.cuda_mma.MICRO_GROUPS chunks keep the direct loads' K ranges, so every sum
+runs in the same order."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from mlx_metile.schedule.cuda_layouts import ONE_TILE, TILES
+from mlx_metile.spec import ProjectionSpec, WeightFormat
+
+from ..helpers import bits
+from .cases import Case, cancelling, kernel, rules, same, set_knobs
+
+
+def mx_format(mode: str, bias: str = "") -> WeightFormat:
+    group, bits = {"mxfp4": (32, 4), "mxfp8": (32, 8), "nvfp4": (16, 4)}[mode]
+    return WeightFormat("u8", bits, group, bool(bias), bias or "f32", mode)
+
+
+STAGED = [  # (spec, K, N)
+    (ProjectionSpec("bf16", (mx_format("mxfp4"),), k_multiple=256), 512, 37),  # odd N
+    (ProjectionSpec("f16", (mx_format("mxfp4", "f16"),), k_multiple=128), 384, 24),  # 3 stages over 4 warps
+    (ProjectionSpec("bf16", (mx_format("mxfp8", "bf16"),), k_multiple=256), 512, 24),
+    (ProjectionSpec("f16", (mx_format("mxfp8"),), k_multiple=128), 640, 41),  # 5 stages: uneven K ranges
+    (ProjectionSpec("bf16", (mx_format("mxfp4"),) * 2, "swiglu", k_multiple=256), 512, 24),
+    (ProjectionSpec("bf16", (mx_format("mxfp8"),) * 3, k_multiple=256), 512, (40, 16, 24)),  # q/k/v
+    (ProjectionSpec("bf16", (mx_format("nvfp4"),), k_multiple=256), 512, 37),  # e4m3 scales folded into A
+    (ProjectionSpec("f16", (mx_format("nvfp4", "f16"),), k_multiple=128), 640, 24),
+    (ProjectionSpec("bf16", (mx_format("nvfp4"),) * 2, "swiglu", k_multiple=256), 512, 24),
+]
+
+
+def direct(env, case: Case, bucket: int, rows: int, layout: int = ONE_TILE):
+    """The direct-load kernel's outputs (the staged ring turned off), then the ring back on."""
+    env.set("MLX_METILE_CUDA_MMA_STAGED", "0")
+    art = kernel(case.spec, bucket, layout)
+    assert art.schedule.kind == "mma" and not art.schedule.staged, art.schedule.describe()
+    got = case.run_kernel(art, rows)
+    env.unset("MLX_METILE_CUDA_MMA_STAGED")
+    return got
+
+
+@pytest.mark.parametrize("spec,K,N", STAGED, ids=[c[0].name() for c in STAGED])
+def test_staged_microscaled_kernels_match_float64_the_direct_loads_and_are_row_invariant(env, spec, K, N):
+    """At 1, 4, 16 and 32 rows (each row bucket's kernel; 32 rows also in the several-tile
+    layout): within tolerance, the bits of the direct-load kernel, and the first, middle and last
+    rows the bits of that row computed alone (the 1-row kernel)."""
+    assert rules(spec).stageable
+    case = Case(spec, K, N, rows=32)
+    for bucket, rows, layout in (
+        (1, 1, ONE_TILE),
+        (4, 4, ONE_TILE),
+        (16, 16, ONE_TILE),
+        (32, 32, ONE_TILE),
+        (32, 32, TILES),
+    ):
+        art = kernel(spec, bucket, layout)
+        assert art.schedule.kind == "mma" and art.schedule.staged, art.schedule.describe()
+        per_stage = 4 * (32 // spec.weights[0].group_size)  # a column's scale bytes of a stage: one copy
+        assert f"metile_cp_small<{per_stage}>(" in art.source
+        got = case.run_kernel(art, rows)
+        what = f"{spec.name()} rows={rows} layout={layout}"
+        case.check(got, rows, what)
+        assert same(got, direct(env, case, bucket, rows, layout)), f"{what}: the direct loads give other bits"
+        case.invariant(got, what, bucket=1)
+
+
+@pytest.mark.parametrize("mode", ["mxfp4", "mxfp8", "nvfp4"])
+def test_staged_microscaled_sums_run_in_the_direct_loads_order(env, mode):
+    """Every 128th k of x +-2**24 (signs alternating) over a weight of one 128-k block repeated:
+    the K ranges' partial sums, near +-2**24 * w, cancel, so their f32 rounding shows in the bf16
+    outputs. Over 40 chunks the staged ring gives the direct loads' bits, while stages of 8
+    groups (GROUPS=8: K ranges of 16 chunks, not 12) give other bits - the comparison sees the
+    order of the sums."""
+    spec = ProjectionSpec("bf16", (mx_format(mode),), k_multiple=256)
+    case = cancelling(Case(spec, 1280, 32, rows=8), span=128, scale=0.0)
+    x = case.x.copy()
+    x[:, ::128] = 2.0**24 * (-1.0) ** np.arange(10)
+    case.replace(x=bits(mx.array(x.astype(np.float32)).astype(mx.bfloat16)))
+    want = direct(env, case, 8, 8)
+    art = kernel(spec, 8, ONE_TILE)
+    assert art.schedule.staged and art.schedule.groups == 4, art.schedule.describe()
+    assert same(case.run_kernel(art, 8), want)
+    set_knobs(env, {"GROUPS": "8"})
+    other = kernel(spec, 8, ONE_TILE)
+    assert other.schedule.staged and other.schedule.groups == 8, other.schedule.describe()
+    assert not same(case.run_kernel(other, 8), want), "other K ranges gave the same bits: the check is blind"
+
+
+@pytest.mark.parametrize("mode", ["mxfp4", "mxfp8", "nvfp4"])
+def test_shared_x_over_microscaled_weights_gives_the_direct_loads_bits(env, mode):
+    """MLX_METILE_CUDA_MMA_XSHARE=4 (shared x, mma_xshare.py, over the same staged weights) on a
+    32-row SwiGLU: within tolerance and the bits of the direct loads and of the K-split ring."""
+    spec = ProjectionSpec("bf16", (mx_format(mode),) * 2, "swiglu", k_multiple=256)
+    case = Case(spec, 1024, 64, rows=32)
+    want = direct(env, case, 32, 32, TILES)
+    split = case.run(32, 32, TILES)
+    set_knobs(env, {"XSHARE": "4"})
+    art = kernel(spec, 32, TILES)
+    assert art.schedule.xshare == 4 and art.schedule.staged, art.schedule.describe()
+    got = case.run_kernel(art, 32)
+    case.check(got, 32, f"{mode} shared x")
+    assert same(got, want) and same(split, want)
