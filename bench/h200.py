@@ -73,7 +73,7 @@ def bench_case(
         t_ours, h_ours = (t / count for t in timed_with_host(lambda fo=fo, x_in=x_in: fo(x_in)))
         t_stock, h_stock = (t / count for t in timed_with_host(lambda fs=fs, x_in=x_in: fs(x_in)))
         if untuned and mode != "eager":
-            r[f"{mode}_untuned"] = untuned_case(mode, fmt, fused, pool, ours, count, x_in, nbytes, t_stock)
+            r[f"{mode}_untuned"] = untuned_case(mode, fmt, fused, pool, ours, count, x_in, nbytes, t_stock, fo)
         r[mode] = {
             "t_ours": t_ours,
             "t_stock": t_stock,
@@ -94,14 +94,18 @@ def bench_case(
 _floors: dict = {}
 
 
-def untuned_case(mode, fmt, fused, pool, ours, count, x_in, nbytes, t_stock) -> dict:
+def untuned_case(mode, fmt, fused, pool, ours, count, x_in, nbytes, t_stock, tuned) -> dict:
     """The mode's mlx-metile side with the hand rules alone: compiled and traced (its first call)
-    under MLX_METILE_CUDA_DECISIONS=off, timed after, like the tuned side."""
+    under MLX_METILE_CUDA_DECISIONS=off, timed after, like the tuned side; then both sides again in
+    alternating evaluations (`paired`: the tuned side's time over the rules', both under the same
+    drift of the machine - the figure to compare them by; the separate times differ by the order)."""
     f = mx.compile(chain(product_step("mlx_metile", fmt, fused), pool, count) if mode == "chained" else ours)
     with settings.override(MLX_METILE_CUDA_DECISIONS="off"):
         mx.eval(f(x_in))
     t, host = (t / count for t in timed_with_host(lambda: f(x_in)))
-    return {"t_ours": t, "host_ours": host, "gbs_ours": nbytes / t / 1e9, "speedup": t_stock / t}
+    t_tuned, t_rules = (t / count for t in timed_pair(lambda: tuned(x_in), lambda: f(x_in)))
+    paired = {"t_tuned": t_tuned, "t_rules": t_rules, "tuned_over_rules": t_tuned / t_rules}
+    return {"t_ours": t, "host_ours": host, "gbs_ours": nbytes / t / 1e9, "speedup": t_stock / t, "paired": paired}
 
 
 def read_floor_case(pool: list, x, nbytes: int, count: int, chained: bool = False) -> dict:
