@@ -34,12 +34,15 @@ def timed_with_host(fn, repeat: int = 7) -> tuple[float, float]:
 
 def timed_pair(fa, fb, repeat: int = 15) -> tuple[float, float]:
     """Median times of whole evaluations of fa and of fb, alternating between them, so that both
-    see the same drift of the machine (clocks, other work) - for ratios of two ways to do one job."""
+    see the same drift of the machine (clocks, other work) - for ratios of two ways to do one job.
+    Which of the two runs first changes every round: on the H200 one schedule timed always first
+    and always second measured 0.96x apart (h200-tune-v2-vs-rules-paired-2026-12-02.json)."""
     for fn in (fa, fb):
         mx.eval(fn())
     times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(repeat):
-        for fn, out in zip((fa, fb), times):
+    for i in range(repeat):
+        order = ((fa, times[0]), (fb, times[1]))
+        for fn, out in order if i % 2 == 0 else order[::-1]:
             mx.synchronize()
             t0 = time.perf_counter()
             mx.eval(fn())
