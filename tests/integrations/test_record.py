@@ -158,3 +158,25 @@ def test_cache_clear_removes_the_record(store, capsys):
     assert f"removed {store}" in capsys.readouterr().out
     assert not store.exists()
     assert verified(patched_logits(model)[0])
+
+
+def test_a_sharded_model_is_verified_every_time(store, monkeypatch):
+    """Every rank must run verification's collectives alike: a model some rules place in a
+    tensor-parallel group ("rank 0 of 2") is never looked up nor recorded."""
+
+    class OneOfTwo:
+        def discover(self, model, max_rows, declined, dense):
+            return [], set()
+
+        def agreement(self, model):
+            return None
+
+        def describe(self, model):
+            return "rank 0 of 2"
+
+    monkeypatch.setattr(integration, "EXTRA_RULES", [*integration.EXTRA_RULES, OneOfTwo()])
+    model = make("llama", "q4g64")
+    for _ in range(2):
+        report, _ = patched_logits(model)
+        assert verified(report) and report.record == "" and report.shard == "rank 0 of 2", str(report)
+    assert not store.exists()
