@@ -524,7 +524,9 @@ def patch(
     verify: run the model before and after on synthetic tokens (prefill, decode
       steps, a multi-row verification step, a batch of two) and keep only the
       parts whose logits match, bisecting when the whole set fails (_verify says what
-      runs; the report's .phases where the time went).
+      runs; the report's .phases where the time went). A verification that kept every part is
+      recorded; patching the same model with the same code and options again uses the record
+      instead of the runs (report.record says which; integrations/record.py, MLX_METILE_VERIFY_RECORD).
     tolerance: how much further (max |logits difference|, relative to the logits'
       scale) the patched model may be from the model computed in float32 than
       the unpatched model is, beyond ERROR_GROWTH x the unpatched model's own
