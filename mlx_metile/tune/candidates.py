@@ -23,6 +23,11 @@ by, and a function (site, bucket) -> the candidates it admits there. Built in:
 A candidate with a `route` runs through mlx_metile's own dispatch with that route forced
 (schedule.tuned.forcing), so what is timed is what a decided call runs; `extra` candidates are the
 user's functions.
+
+The incumbent (`Candidate.incumbent`) is the candidate that runs what the dispatch runs with no
+decision installed - the hand rules' schedule, from the source build, with the default compiler:
+`cpu`, `emulator`, CUDA's `cuda`, and on Metal `msl` or the NAX kind MLX_METILE_METAL_SCHEDULE asks
+for. A tournament has at most one; its variants must beat it pairwise (tune.protocol, rule 7).
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ class Candidate:
     fn: Callable | None = None  # an extra candidate's function (fused_linear's arguments)
     identity: str = ""  # what keys it in the store (its route, or its function's code)
     operand_rounding: bool = False  # its kernel rounds each dequantized weight to x's dtype (tolerance.OPERAND)
+    incumbent: bool = False  # it runs what the hand rules give the call (no decision installed)
 
     def runner(self, site: Site) -> Runner:
         """x, residual -> the outputs as a list."""
@@ -157,7 +163,15 @@ def candidates(site: Site, bucket: int, extra: Sequence[tuple[str, Callable]] = 
         if c.name in seen:
             raise ValueError(f"extra: candidate name {c.name!r} is taken (names must be unique in a tournament)")
         seen.add(c.name)
+    incumbents = [c.name for c in out if c.incumbent]
+    if len(incumbents) > 1:
+        raise ValueError(f"candidates: {incumbents} are each marked the incumbent (a tournament has at most one)")
     return out
+
+
+def incumbent_of(cands: Sequence[Candidate]) -> Candidate | None:
+    """The candidate that runs what the hand rules give the call, if one is listed."""
+    return next((c for c in cands if c.incumbent), None)
 
 
 # -- the built-in kinds ---------------------------------------------------------------------
@@ -165,14 +179,15 @@ def candidates(site: Site, bucket: int, extra: Sequence[tuple[str, Callable]] = 
 def _cpu(site: Site, bucket: int) -> list[Candidate]:
     if site.backend != "cpu":
         return []
-    return [Candidate("cpu", "cpu", Route("cpu", "cpu"), identity="C++ path")]
+    return [Candidate("cpu", "cpu", Route("cpu", "cpu"), identity="C++ path", incumbent=True)]
 
 
 @register("emulator", 0.05)
 def _emulator(site: Site, bucket: int) -> list[Candidate]:
     if site.backend != "emulator":
         return []
-    return [Candidate("emulator", "emulator", Route("emulator", "emulator"), identity="MSL on the emulator")]
+    route = Route("emulator", "emulator")  # (no schedule: the rules')
+    return [Candidate("emulator", "emulator", route, identity="MSL on the emulator", incumbent=True)]
 
 
 # Knobs of the CUDA schedules that move loads only (a row's sum order stays), with the values tried
@@ -226,8 +241,9 @@ def _cuda_schedules(site: Site, bucket: int) -> list[Candidate]:
         return []
     out = []
     for name, schedule in cuda_schedules(site, bucket):
-        route = Route("cuda", name, schedule=None if name == "cuda" else schedule)
-        out.append(Candidate(name, "cuda_schedule", route, identity=repr(schedule)))
+        rules_own = name == "cuda"  # (cuda_schedules lists the rules' schedule first, under this name)
+        route = Route("cuda", name, schedule=None if rules_own else schedule)
+        out.append(Candidate(name, "cuda_schedule", route, identity=repr(schedule), incumbent=rules_own))
     return out
 
 
@@ -275,12 +291,24 @@ def nax_schedules(site: Site, bucket: int) -> list[tuple[str, Schedule]]:
     return [(kind, nax_schedule(site.spec, bucket, kind, site.target)) for kind in NAX_KINDS]
 
 
+def _rules_give(site: Site, bucket: int, schedule: Schedule) -> bool:
+    """Whether the hand rules give the site `schedule` on Metal (MLX_METILE_METAL_SCHEDULE picks
+    the simdgroup or a NAX one; the MSL source build is the dispatch's default)."""
+    try:
+        return rules(site.spec, bucket, site.target, site.shape) == schedule
+    except ValueError:  # (a NAX schedule asked for where the target or the spec cannot take it)
+        return False
+
+
 @register("metal", 0.05)
 def _metal_msl(site: Site, bucket: int) -> list[Candidate]:
     if not _metal(site):
         return []
     schedule = simdgroup_schedule(site, bucket)
-    return [Candidate("msl", "metal", Route("metal", "msl", schedule=schedule), identity=f"MSL {schedule!r}")]
+    route = Route("metal", "msl", schedule=schedule)
+    return [
+        Candidate("msl", "metal", route, identity=f"MSL {schedule!r}", incumbent=_rules_give(site, bucket, schedule))
+    ]
 
 
 @register("metal_nax", 0.03)
@@ -290,7 +318,9 @@ def _metal_nax(site: Site, bucket: int) -> list[Candidate]:
         route = Route(site.backend, kind, schedule=schedule)
         # matmul2d's operands are x's dtype: each dequantized weight is rounded to it first
         ident = f"MSL with MPP matmul2d {schedule!r}"
-        out.append(Candidate(kind, "metal_nax", route, identity=ident, operand_rounding=True))
+        # on the emulator the `emulator` candidate runs the rules' schedule, whichever it is
+        rules_own = _metal(site) and _rules_give(site, bucket, schedule)
+        out.append(Candidate(kind, "metal_nax", route, identity=ident, operand_rounding=True, incumbent=rules_own))
     return out
 
 

@@ -14,7 +14,7 @@ import mlx.core as mx
 
 from .. import settings
 
-TUNER_VERSION = 1
+TUNER_VERSION = 2  # 2: the incumbent rule (protocol, rule 7)
 
 # The package's files whose code makes the kernels or routes a call: a change to any of them
 # is a change to what a decision measured.

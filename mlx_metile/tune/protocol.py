@@ -16,9 +16,19 @@
    look faster than native, or `max_rounds`, or the budget; undecided ones are inconclusive. Where
    the control still measures faster than native by the smallest margin (its high quantile below
    1 - margin), the timing is unreliable: every faster candidate is inconclusive, native is kept.
-6. Finalists (the best `finalists` faster ones) are confirmed pairwise against native: rounds of
-   the two alone, in alternating order (native first, then the candidate first), judged as in 4.
-   The best confirmed one wins; none confirmed, native is kept.
+6. Finalists (the best `finalists` faster ones, and the incumbent wherever it is faster: rule 7)
+   are confirmed pairwise against native: rounds of the two alone, in alternating order (native
+   first, then the candidate first), judged as in 4. The best confirmed one wins; none confirmed,
+   native is kept.
+7. The incumbent - the candidate running what the hand rules give the call, if it is among the
+   candidates - is held against the best of many variants, each within noise of it, whose best
+   pessimistic ratio to native is biased low (a winner's curse). Where the incumbent passed the
+   gate and is faster than native in the rounds, it is a finalist whatever its rank; where it is
+   confirmed and the best confirmed candidate is another, that one is confirmed pairwise against
+   the incumbent as in 6 (the incumbent in native's place, threshold 1 - the variant's margin:
+   the order's bias cancels, both run in the same position) and wins only if confirmed; otherwise
+   the incumbent is chosen. An incumbent not faster than native (or not confirmed) leaves the
+   variants to native as in 6.
 
 The clock is injectable (`Clock`): a test plants each entrant's times and checks every rule above
 deterministically.
@@ -113,8 +123,11 @@ class Timing:
     samples: list[float] = field(default_factory=list)
     ratios: list[float] = field(default_factory=list)
     confirm_ratios: list[float] = field(default_factory=list)
+    incumbent_ratios: list[float] = field(default_factory=list)  # its time over the incumbent's (rule 7)
     threshold: float = 1.0
-    status: str = ""  # faster | slower | within margin | undecided | inconclusive | confirmed | not confirmed
+    # faster | slower | within margin | undecided | inconclusive | confirmed | not confirmed |
+    # not confirmed vs incumbent | not a finalist | beaten | chosen
+    status: str = ""
     reason: str = ""
 
     def quantiles(self, q: float, ratios: list[float] | None = None) -> tuple[float, float, float]:
@@ -139,6 +152,8 @@ class Outcome:
     rejected: dict[str, str]  # candidate -> why it was not chosen
     rounds: int = 0
     confirm_rounds: dict[str, int] = field(default_factory=dict)
+    incumbent: str | None = None  # the incumbent (rule 7) where it was timed
+    incumbent_rounds: int = 0  # rounds of the chosen-to-be variant against the incumbent
     control: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # the control's quantiles
     seconds: float = 0.0
 
@@ -158,9 +173,13 @@ def compete(
     margins: dict[str, float],
     protocol: Protocol | None = None,
     clock: Clock | None = None,
+    incumbent: str | None = None,
 ) -> Outcome:
     """Time `candidates` (name -> a call evaluating its outputs) against `native` under the
-    protocol; `margins` gives each candidate's margin (a fraction, e.g. 0.05)."""
+    protocol; `margins` gives each candidate's margin (a fraction, e.g. 0.05). `incumbent`: the
+    candidate running what the hand rules give the call (rule 7), if it is one of them."""
+    if incumbent is not None and incumbent not in candidates:
+        raise ValueError(f"incumbent: {incumbent!r} is not one of the candidates")
     p = protocol or Protocol()
     clock = clock or WallClock()
     start = clock.now()
@@ -198,6 +217,22 @@ def compete(
     def sample(name: str) -> float:
         t = timings[name]
         return clock.batch(name, fns[name], t.calls) / t.calls
+
+    def pairwise(base: str, name: str, ratios: list[float], threshold: float) -> tuple[str, int]:
+        """Rounds of `base` and `name` alone, alternating which runs first, `name`'s time over
+        `base`'s appended to `ratios`: (confirmed | refuted | undecided, rounds)."""
+        n, verdict = 0, "undecided"
+        while n < p.confirm_max_rounds:
+            pair = [base, name] if n % 2 == 0 else [name, base]
+            times = {e: sample(e) for e in pair}
+            ratios.append(times[name] / times[base])
+            n += 1
+            if n >= p.confirm_min_rounds:
+                lo, _, hi = timings[name].quantiles(p.quantile, ratios)
+                verdict = "confirmed" if hi < threshold else "refuted" if lo >= threshold else "undecided"
+                if verdict != "undecided" or clock.now() - start > p.budget_s:
+                    break
+        return verdict, n
 
     def thresholds() -> dict[str, float]:
         median_control = timings[CONTROL].quantiles(p.quantile)[1]
@@ -257,29 +292,19 @@ def compete(
     timings[CONTROL].status = "control"
     finalists.sort(key=lambda n: timings[n].quantiles(p.quantile)[2])
 
-    # 6: finalists confirmed pairwise against native
+    # 6: finalists confirmed pairwise against native (7: the incumbent among them wherever it is faster)
+    inc = incumbent if incumbent in fns else None  # (one failing while timed is rejected above)
     confirmed, confirm_rounds = [], {}
     for rank, name in enumerate(finalists):
         t = timings[name]
-        if rank >= p.finalists:
+        if rank >= p.finalists and name != inc:
             t.status = "not a finalist"
             rejected[name] = (
                 f"not a finalist: q{_pct(p.quantile)} {t.quantiles(p.quantile)[2]:.3f}x, behind {finalists[: p.finalists]}"
             )
             t.reason = rejected[name]
             continue
-        n = 0
-        verdict = "undecided"
-        while n < p.confirm_max_rounds:
-            pair = [NATIVE, name] if n % 2 == 0 else [name, NATIVE]
-            times = {e: sample(e) for e in pair}
-            t.confirm_ratios.append(times[name] / times[NATIVE])
-            n += 1
-            if n >= p.confirm_min_rounds:
-                lo, _, hi = t.quantiles(p.quantile, t.confirm_ratios)
-                verdict = "confirmed" if hi < t.threshold else "refuted" if lo >= t.threshold else "undecided"
-                if verdict != "undecided" or clock.now() - start > p.budget_s:
-                    break
+        verdict, n = pairwise(NATIVE, name, t.confirm_ratios, t.threshold)
         confirm_rounds[name] = n
         lo, med, hi = t.quantiles(p.quantile, t.confirm_ratios)
         if verdict == "confirmed":
@@ -292,18 +317,55 @@ def compete(
                 f"rounds (needs < {t.threshold:.3f}x)"
             )
             t.reason = rejected[name]
-    confirmed.sort(key=lambda n: timings[n].quantiles(p.quantile, timings[n].confirm_ratios)[2])
+
+    def confirmed_hi(name: str) -> float:
+        return timings[name].quantiles(p.quantile, timings[name].confirm_ratios)[2]
+
+    confirmed.sort(key=confirmed_hi)
     chosen = confirmed[0] if confirmed else NATIVE
-    for name in confirmed[1:]:
-        best = timings[chosen].quantiles(p.quantile, timings[chosen].confirm_ratios)[2]
-        mine = timings[name].quantiles(p.quantile, timings[name].confirm_ratios)[2]
+    best = chosen
+    # 7: the best confirmed variant confirmed pairwise against a confirmed incumbent
+    incumbent_rounds = 0
+    if inc in confirmed and chosen != inc:
+        t = timings[chosen]
+        limit = 1.0 - margins.get(chosen, smallest_margin)
+        verdict, incumbent_rounds = pairwise(inc, chosen, t.incumbent_ratios, limit)
+        lo, med, hi = t.quantiles(p.quantile, t.incumbent_ratios)
+        numbers = (
+            f"q{_pct(p.quantile)} {hi:.3f}x, median {med:.3f}x of {inc}'s time over {incumbent_rounds} rounds "
+            f"(needs < {limit:.3f}x)"
+        )
+        if verdict == "confirmed":
+            timings[inc].status = "beaten"
+            rejected[inc] = f"beaten by {chosen}, confirmed faster than the incumbent: {numbers}"
+            timings[inc].reason = rejected[inc]
+        else:
+            t.status = "not confirmed vs incumbent"
+            rejected[chosen] = f"not confirmed faster than the incumbent {inc}: {numbers}; the incumbent kept"
+            t.reason = rejected[chosen]
+            chosen = inc
+    for name in confirmed:
+        if name in (chosen, best, inc):
+            continue
+        mine = confirmed_hi(name)
         timings[name].status = "beaten"
-        rejected[name] = f"beaten by {chosen}: confirmed q{_pct(p.quantile)} {mine:.3f}x against {best:.3f}x"
+        if chosen == inc and best != inc:
+            rejected[name] = (
+                f"behind {best} (confirmed q{_pct(p.quantile)} {mine:.3f}x against {confirmed_hi(best):.3f}x of "
+                f"native), which was not confirmed faster than the incumbent {inc}"
+            )
+        else:
+            rejected[name] = (
+                f"beaten by {chosen}: confirmed q{_pct(p.quantile)} {mine:.3f}x against {confirmed_hi(chosen):.3f}x"
+            )
         timings[name].reason = rejected[name]
     if chosen != NATIVE:
         timings[chosen].status = "chosen"
     timings[NATIVE].status = "chosen" if chosen == NATIVE else "beaten"
-    return Outcome(chosen, timings, rejected, rounds, confirm_rounds, control_q, clock.now() - start)
+    return Outcome(
+        chosen, timings, rejected, rounds, confirm_rounds, incumbent=inc, incumbent_rounds=incumbent_rounds,
+        control=control_q, seconds=clock.now() - start,
+    )  # fmt: skip
 
 
 def _pct(q: float) -> int:

@@ -26,7 +26,8 @@ def show(store: Store | None = None) -> str:
         for name, r in e["records"].items():
             ratio = r.get("ratio")
             shown = "" if not ratio else f", ratio {ratio[0]:.3f}/{ratio[1]:.3f}/{ratio[2]:.3f} of native"
-            lines.append(f"    {name}: {r.get('status')}, gate {r.get('gate')}{shown}")
+            mark = " (the incumbent)" if r.get("incumbent") else ""
+            lines.append(f"    {name}: {r.get('status')}{mark}, gate {r.get('gate')}{shown}")
         for name, why in e["rejected"].items():
             lines.append(f"    rejected {name}: {why}")
     return "\n".join(lines)

@@ -25,7 +25,7 @@ from .. import dispatch
 from ..schedule import Route, row_bucket, tuned
 from . import gate as gates
 from . import identity
-from .candidates import NATIVE, Candidate, candidates, margin_of
+from .candidates import NATIVE, Candidate, candidates, incumbent_of, margin_of
 from .protocol import CONTROL, Clock, Protocol, compete
 from .site import Site
 from .store import Store, StoreError
@@ -50,6 +50,8 @@ class Record:
     ratio: tuple[float, float, float] | None = None  # (low quantile, median, high quantile) of t / t_native
     confirm: tuple[float, float, float] | None = None  # the same, of the pairwise confirmation
     threshold: float | None = None  # the high quantile it had to be under
+    incumbent: bool = False  # it runs what the hand rules give the call (protocol, rule 7)
+    versus_incumbent: tuple[float, float, float] | None = None  # its pairwise t / t_incumbent (rule 7)
 
     def as_dict(self) -> dict:
         return {k: (_finite(v) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -81,7 +83,8 @@ class Decision:
             ratio = (
                 "" if r.ratio is None else f" ratio q-lo/median/q-hi {r.ratio[0]:.3f}/{r.ratio[1]:.3f}/{r.ratio[2]:.3f}"
             )
-            lines.append(f"  {r.name:24s} {r.status:14s} gate {r.gate}{ratio}")
+            name = f"{r.name} (incumbent)" if r.incumbent else r.name
+            lines.append(f"  {name:24s} {r.status:14s} gate {r.gate}{ratio}")
         for name, why in self.rejected.items():
             lines.append(f"  rejected {name}: {why}")
         return "\n".join(lines)
@@ -105,7 +108,7 @@ def context(site: Site, bucket: int, cands: list[Candidate], protocol: Protocol,
         "settings": identity.keyed_settings(),
         "site": site.signature(),
         "bucket": bucket,
-        "candidates": [[c.name, c.family, c.identity] for c in cands],
+        "candidates": [[c.name, c.family, c.identity, c.incumbent] for c in cands],
         "margins": {c.family: margin_of(c.family) for c in cands if c.family != NATIVE},
         "protocol": protocol.key(),
         "gate": {"draws": draws, "invariant": invariant, "tolerance": TOLERANCE_VERSION},
@@ -169,11 +172,14 @@ def decide(
         if c.family == NATIVE:
             records[c.name] = Record(c.name, c.family, "reference", g.worst, "native")
         elif g.passed:
-            records[c.name] = Record(c.name, c.family, "pass", g.worst, "timed")
+            records[c.name] = Record(c.name, c.family, "pass", g.worst, "timed", incumbent=c.incumbent)
         else:
-            records[c.name] = Record(c.name, c.family, "fail", g.worst, "gated out", g.reason or "")
+            records[c.name] = Record(
+                c.name, c.family, "fail", g.worst, "gated out", g.reason or "", incumbent=c.incumbent
+            )
             rejected[c.name] = g.reason or "failed the gate"
     timed = [c for c in cands if c.family != NATIVE and results[c.name].passed]
+    incumbent = incumbent_of(timed)  # (one failing the gate is never timed, so never chosen)
     if progress and timed:
         progress(
             f"{site.describe()}, rows <= {bucket}: timing {', '.join(c.name for c in timed)} against native", False
@@ -184,8 +190,9 @@ def decide(
     timer = _timed_call if not protocol.chain else partial(_chained_call, length=protocol.chain)
     fns = {c.name: timer([runners[c.name]] + [c.runner(p) for p in pool[1:]], x, residual) for c in timed}
     outcome = compete(
-        timer(native_runs, x, residual), fns, {c.name: margin_of(c.family) for c in timed}, protocol, clock
-    )
+        timer(native_runs, x, residual), fns, {c.name: margin_of(c.family) for c in timed}, protocol, clock,
+        incumbent=None if incumbent is None else incumbent.name,
+    )  # fmt: skip
     del pool, native_runs
     q = protocol.quantile
     for name, t in outcome.timings.items():
@@ -196,6 +203,7 @@ def decide(
         rec.per_call_s = t.per_call_s() if t.samples else None
         rec.ratio = t.quantiles(q) if t.ratios else None
         rec.confirm = t.quantiles(q, t.confirm_ratios) if t.confirm_ratios else None
+        rec.versus_incumbent = t.quantiles(q, t.incumbent_ratios) if t.incumbent_ratios else None
         if name != NATIVE:
             rec.threshold = t.threshold
             rec.status = t.status or rec.status
@@ -286,7 +294,7 @@ def _stored(store: Store, key: str, by_name: dict, site: Site, bucket: int) -> D
 
 def _record(d: dict) -> Record:
     d = dict(d)
-    for k in ("ratio", "confirm"):
+    for k in ("ratio", "confirm", "versus_incumbent"):
         if d.get(k) is not None:
             d[k] = tuple(float(v) for v in d[k])
     for k in ("error", "compile_s", "per_call_s", "threshold"):

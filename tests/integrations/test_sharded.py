@@ -13,7 +13,7 @@ RANK = "tests.integrations.sharded_rank"
 # One launch's bound: its ranks import mlx-lm, build the kernels of their slices and decode a few
 # tokens (about 30-60 s on 2 CPU cores); a rank that hangs in a collective fails the test here.
 TIMEOUT = 300.0
-FOUR = ["qwen3:float32"]
+FOUR = ["qwen3:float32", "llama:q4g32"]  # dense and 4-bit (model.shard) on 4 ranks
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +84,10 @@ def test_two_ranks_patched_sharded_decodes_as_stock_sharded_and_unsharded(two_ra
     _check_case(ranks, cases[index])
 
 
-def test_four_ranks_patched_sharded_decodes_as_stock_sharded_and_unsharded(four_ranks):
+@pytest.mark.parametrize("case", FOUR)
+def test_four_ranks_patched_sharded_decodes_as_stock_sharded_and_unsharded(four_ranks, case):
     assert len(four_ranks) == 4
-    _check_case(four_ranks, FOUR[0])
+    _check_case(four_ranks, case)
 
 
 def test_every_weight_format_sharded_both_ways(two_ranks):

@@ -100,3 +100,4 @@ def test_the_command_line_tunes_and_shows(tmp_path, capsys):
     out, _ = capsys.readouterr()
     assert out.startswith(f"{path}: 1 decisions\nq4g64 K=128 N=64 x bfloat16, rows <= 2: ")
     assert "    cpu: " in out and "    native: " in out
+    assert "(the incumbent), gate pass" in out.split("    cpu: ")[1].splitlines()[0]

@@ -110,3 +110,28 @@ def test_a_new_kind_is_one_registration(weight, monkeypatch):
     assert C.margin_of("probe") == 0.1
     with pytest.raises(ValueError, match="margin: expected a fraction"):
         C.register("bad", 1.5)
+
+
+def test_the_incumbent_is_what_the_rules_run(weight, env):
+    """One candidate per tournament runs what the dispatch runs with nothing decided: the C++ path,
+    the emulator's MSL, CUDA's rules' schedule (not its variants, not the other compiler)."""
+    incumbents = [c.name for c in C.candidates(cpu_site([weight]), 4) if c.incumbent]
+    assert incumbents == ["cpu"]
+    site = cuda_site([quantized(256, 256, 7)], k=256)
+    cs = C.candidates(site, 4)
+    assert [c.name for c in cs if c.incumbent] == ["cuda"] and C.incumbent_of(cs).route.schedule is None
+    assert len([c for c in cs if c.family == "cuda_schedule"]) > 1
+    assert C.incumbent_of(C.candidates(site, 64)) is None  # (stock takes the rows: no kernel candidate)
+    env.set("MLX_METILE_EMULATE", "1")
+    assert [c.name for c in C.candidates(cpu_site([weight]), 4) if c.incumbent] == ["emulator"]
+
+
+def test_a_second_incumbent_is_refused(weight, monkeypatch):
+    monkeypatch.setitem(C.KINDS, "probe", None)
+
+    @C.register("probe", 0.1)
+    def admit(site, bucket):
+        return [C.Candidate("probe", "probe", C.Route("cpu", "probe"), identity="p", incumbent=True)]
+
+    with pytest.raises(ValueError, match=r"\['cpu', 'probe'\] are each marked the incumbent"):
+        C.candidates(cpu_site([weight]), 4)

@@ -203,3 +203,13 @@ def test_a_metal_route_round_trips_through_the_store():
     s = Schedule("simd_splitk", 4, 8, 2, 64, 32, 8)
     r = Route("metal", "air:contract", schedule=s, build="air:contract")
     assert route_of(route_dict(r)) == r
+
+
+@pytest.mark.parametrize("name", list(TARGETS))
+def test_the_incumbent_is_the_msl_or_the_nax_kind_the_rules_are_asked_for(weight, env, name):
+    cands = C.candidates(metal_site([weight], target(name)), 8)
+    assert [c.name for c in cands if c.incumbent] == ["msl"]  # (the rules' simdgroup schedule, its MSL)
+    env.set("MLX_METILE_METAL_SCHEDULE", "nax_staged")
+    cands = C.candidates(metal_site([weight], target(name)), 8)
+    # where the target has NAX the rules give nax_staged; where not, no candidate runs what they ask
+    assert [c.name for c in cands if c.incumbent] == (["nax_staged"] if name in NAX_TARGETS else [])

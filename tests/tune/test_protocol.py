@@ -141,3 +141,95 @@ def test_a_control_that_looks_faster_for_a_while_gets_more_rounds():
 
     out, _ = run({"native": 1 * MS, CONTROL: control, "fast": 0.5 * MS})
     assert out.rounds > P.min_rounds and out.chosen == "fast"
+
+
+# -- rule 7: the incumbent (the rules' own schedule) against its variants -------------------------
+INC = "cuda"  # the name CUDA's rules' schedule has among the candidates
+
+
+def run_with(planted, incumbent=INC, margin=0.03, protocol=P):
+    names = [n for n in planted if n not in (NATIVE, CONTROL)]
+    clock = PlantedClock(planted)
+    out = compete(noop, {n: noop for n in names}, dict.fromkeys(names, margin), protocol, clock, incumbent=incumbent)
+    return out, clock
+
+
+def test_a_variant_tied_with_the_incumbent_leaves_the_incumbent_chosen():
+    # both clearly beat native; the variant's 1.4% edge is inside the 3% margin it needs over the incumbent
+    planted = {"native": 1 * MS, INC: 0.70 * MS, "cuda:tiles=2": 0.69 * MS}
+    out, _ = run_with(planted)
+    assert out.chosen == INC and out.incumbent == INC and out.timings[INC].status == "chosen"
+    v = out.timings["cuda:tiles=2"]
+    assert v.status == "not confirmed vs incumbent" and v.confirm_ratios  # (confirmed against native first)
+    assert v.incumbent_ratios == pytest.approx([0.69 / 0.70] * out.incumbent_rounds)
+    assert out.incumbent_rounds == P.confirm_min_rounds
+    assert out.rejected["cuda:tiles=2"].startswith("not confirmed faster than the incumbent cuda: q80 0.986x")
+    assert "(needs < 0.970x)" in out.rejected["cuda:tiles=2"] and INC not in out.rejected
+    # without an incumbent the same timings pick the variant (best of the confirmed against native)
+    out, _ = run_with(planted, incumbent=None)
+    assert out.chosen == "cuda:tiles=2" and not out.timings["cuda:tiles=2"].incumbent_ratios
+
+
+def test_a_variant_clearly_faster_than_the_incumbent_wins():
+    out, _ = run_with({"native": 1 * MS, INC: 0.70 * MS, "cuda:stages=3": 0.5 * MS})
+    assert out.chosen == "cuda:stages=3" and out.timings["cuda:stages=3"].status == "chosen"
+    assert out.timings["cuda:stages=3"].incumbent_ratios == pytest.approx([0.5 / 0.7] * out.incumbent_rounds)
+    assert out.timings[INC].status == "beaten"
+    assert out.rejected[INC].startswith("beaten by cuda:stages=3, confirmed faster than the incumbent: q80 0.714x")
+
+
+def test_the_pairwise_rounds_against_the_incumbent_alternate_which_runs_first():
+    out, clock = run_with({"native": 1 * MS, INC: 0.70 * MS, "v": 0.5 * MS})
+    pairs = [n for n, _ in clock.log[-2 * out.incumbent_rounds :]]
+    assert pairs[:4] == [INC, "v", "v", INC] and set(pairs) == {INC, "v"}
+
+
+@pytest.mark.parametrize("incumbent_ms", [1.2, 1.0])  # slower than native; tied with it
+def test_an_incumbent_not_faster_than_native_leaves_the_variants_to_native(incumbent_ms):
+    out, _ = run_with({"native": 1 * MS, INC: incumbent_ms * MS, "a": 0.7 * MS, "b": 0.69 * MS})
+    assert out.chosen == "b" and out.incumbent_rounds == 0
+    assert not out.timings["b"].incumbent_ratios and not out.timings[INC].confirm_ratios
+    assert out.rejected["a"].startswith("beaten by b")
+    assert out.rejected[INC].startswith("slower" if incumbent_ms > 1 else "within margin")
+
+
+def test_an_incumbent_not_confirmed_against_native_leaves_the_variants_to_native():
+    # fast in its compile call and the rounds (its samples 0-4), slow in the confirmation
+    out, _ = run_with({"native": 1 * MS, INC: lambda i: 0.6 * MS if i < 5 else 1.2 * MS, "v": 0.7 * MS})
+    assert out.timings[INC].status == "not confirmed" and out.rejected[INC].startswith("not confirmed pairwise")
+    assert out.chosen == "v" and not out.timings["v"].incumbent_ratios
+
+
+def test_an_incumbent_outside_the_best_finalists_is_still_confirmed():
+    # four faster than native; the incumbent ranks last (P.finalists = 2) and is confirmed all the same
+    planted = {"native": 1 * MS, "a": 0.64 * MS, "b": 0.645 * MS, "c": 0.648 * MS, INC: 0.65 * MS}
+    out, _ = run_with(planted)
+    assert out.timings[INC].confirm_ratios and INC in out.confirm_rounds
+    assert out.timings["c"].status == "not a finalist" and not out.timings["c"].confirm_ratios
+    assert out.chosen == INC  # a's 1.5% edge over it is inside the margin
+    assert out.rejected["a"].startswith("not confirmed faster than the incumbent cuda")
+    assert out.rejected["b"].startswith("behind a (confirmed q80 0.645x against 0.640x of native)")
+    assert out.rejected["b"].endswith("which was not confirmed faster than the incumbent cuda")
+    # without the rule the incumbent is no finalist
+    out, _ = run_with(planted, incumbent=None)
+    assert out.chosen == "a" and out.timings[INC].status == "not a finalist"
+
+
+def test_an_incumbent_that_is_the_best_wins_as_before():
+    out, _ = run_with({"native": 1 * MS, INC: 0.5 * MS, "v": 0.7 * MS})
+    assert out.chosen == INC and out.incumbent_rounds == 0
+    assert out.rejected["v"].startswith("beaten by cuda")
+
+
+def test_an_incumbent_failing_while_timed_is_never_chosen():
+    def boom():
+        raise RuntimeError("device lost")
+
+    clock = PlantedClock({"native": MS, INC: 0.1 * MS, "v": 0.5 * MS})
+    out = compete(noop, {INC: boom, "v": noop}, {INC: 0.03, "v": 0.03}, P, clock, incumbent=INC)
+    assert out.chosen == "v" and out.incumbent is None and out.rejected[INC].startswith("error while timing")
+
+
+def test_an_incumbent_must_be_a_candidate():
+    with pytest.raises(ValueError, match="incumbent: 'cuda' is not one of the candidates"):
+        compete(noop, {"v": noop}, {"v": 0.03}, P, PlantedClock({"native": MS, "v": MS}), incumbent=INC)

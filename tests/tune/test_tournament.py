@@ -140,3 +140,37 @@ def test_bad_arguments_are_named(weight):
         tournament(mx.zeros((1, K + 1), mx.bfloat16), [weight])
     with pytest.raises(TypeError, match="store: expected True, False, None or a Store"):
         tournament(x_like(), [weight], store="here")
+
+
+def test_the_cpu_path_is_the_incumbent_a_tied_extra_does_not_displace(weight, quick, store):
+    times = {"native": MS, "cpu": 0.5 * MS, "mine": 0.49 * MS}
+    extra = [("mine", planted.right)]
+    d = tournament(x_like(), [weight], rows=4, extra=extra, clock=PlantedClock(times), protocol=quick, store=store)
+    assert d.chosen == "cpu" and d.route is not None and d.route.backend == "cpu"
+    assert d.records["cpu"].incumbent and not d.records["mine"].incumbent
+    assert d.rejected["mine"].startswith("not confirmed faster than the incumbent cpu: q80 0.980x")
+    assert d.records["mine"].versus_incumbent == pytest.approx((0.98, 0.98, 0.98))
+    assert "cpu (incumbent)" in str(d)
+    again = tournament(x_like(), [weight], rows=4, extra=extra, clock=PlantedClock(times), protocol=quick, store=store)
+    assert again.from_store and again.records["mine"].versus_incumbent == pytest.approx((0.98, 0.98, 0.98))
+    # clearly faster than the incumbent, the extra wins
+    times["mine"] = 0.3 * MS
+    d = tournament(x_like(), [weight], rows=4, extra=extra, clock=PlantedClock(times), protocol=quick)
+    assert d.chosen == "mine" and d.rejected["cpu"].startswith("beaten by mine, confirmed faster than the incumbent")
+
+
+def test_a_wrong_incumbent_is_gated_out_and_never_chosen(weight, quick, monkeypatch):
+    from mlx_metile.tune import candidates as C
+
+    def wrong_cpu(site, bucket):
+        return [C.Candidate("cpu", "cpu", fn=planted.wrong_in_one_element, identity="wrong", incumbent=True)]
+
+    monkeypatch.setitem(C.KINDS, "cpu", C.Kind("cpu", 0.05, wrong_cpu))
+    times = {"native": MS, "cpu": 0.1 * MS, "good": 0.7 * MS}
+    d = tournament(
+        x_like(), [weight], rows=4, extra=[("good", planted.right)], clock=PlantedClock(times), protocol=quick
+    )
+    assert d.chosen == "good" and d.records["good"].versus_incumbent is None
+    cpu = d.records["cpu"]
+    assert cpu.incumbent and cpu.gate == "fail" and cpu.status == "gated out" and cpu.per_call_s is None
+    assert d.rejected["cpu"].startswith("accuracy, draw 0")
