@@ -3,7 +3,10 @@
 own save_model / save_config and a word-level tokenizer into a temporary directory; then, each
 round, `mlx_lm.load` of that directory and `mt.patch` of the model it loaded (verification
 included), with the report's phases. `import mlx_lm` is timed once in a fresh process. The first
-round includes what a process does once (first calls); the medians are over the others.
+round includes what a process does once (first calls) and verifies; with the verification record on
+(MLX_METILE_VERIFY_RECORD, the default) the later rounds use the record the first one made (in the
+cache root: point MLX_METILE_CACHE at an empty folder for a first round that verifies). The medians
+are over the rounds after the first.
 
     python -m bench.patch_cost --out bench/results/cpu-patch-cost-<date>.json
 """
@@ -84,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                     "patch_s": done - loaded,
                     "phases_s": report.phases,
                     "patched_model_runs": report.runs,
+                    "record": report.record,
                     "replaced": len(report.replaced),
                     "declined": len(report.declined),
                 }

@@ -281,6 +281,12 @@ def _declare() -> dict[str, Setting]:
             False,
             "patched Metal binary archives as tournament candidates (mlx_metile.native; needs macOS)",
         ),
+        Setting(
+            "VERIFY_RECORD",
+            _boolean,
+            True,
+            "patch() records a verification that kept every part and skips it for the same model (0: always verify)",
+        ),
     ]
     for knob, allowed in MMA_KNOBS.items():
         items.append(Setting(f"CUDA_MMA_{knob.upper()}", _int_choice(allowed), None, f"Schedule override: {knob}"))
@@ -322,6 +328,7 @@ class Settings:
     tune_store: Path | None = None
     metal_schedule: str = "simdgroup"  # MLX_METILE_METAL_SCHEDULE (METAL_SCHEDULES)
     patched_archives: bool = False  # MLX_METILE_PATCHED_ARCHIVES (docs/NATIVE.md)
+    verify_record: bool = True  # MLX_METILE_VERIFY_RECORD (integrations/record.py)
     # MLX_METILE_CUDA_MMA_<KNOB>: the knobs set, (knob, value) pairs (MMA_KNOBS); a tuple, so that
     # a Settings value is hashable and can key the schedule cache
     mma: tuple[tuple[str, int], ...] = ()

@@ -6,6 +6,9 @@ import pytest
 
 # Tests build emulated kernels into a private cache unless one is given.
 os.environ.setdefault("MLX_METILE_CACHE", os.path.join(tempfile.gettempdir(), "mlx_metile_test_cache"))
+# Tests of verification verify: patch()'s record (tests/integrations/test_record.py turns it on) would
+# skip the runs a planted wrong kernel is caught by.
+os.environ.setdefault("MLX_METILE_VERIFY_RECORD", "0")
 
 EMULATOR_HOST = platform.system() == "Linux" and platform.machine() == "x86_64"
 requires_emulator = pytest.mark.skipif(

@@ -1,4 +1,5 @@
-"""`mlx-metile cache` (where the caches are, their sizes) and `mlx-metile cache clear`."""
+"""`mlx-metile cache` (where the caches are, their sizes: kernels, the tuner's store, patch()'s
+verification records) and `mlx-metile cache clear`."""
 
 from __future__ import annotations
 
@@ -34,9 +35,14 @@ def clear(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub) -> None:
-    c = sub.add_parser("cache", help="the kernel caches: where and how large; `cache clear` empties them")
+    c = sub.add_parser(
+        "cache",
+        help="the caches (kernels, tuner, verification records): where and how large; `cache clear` empties them",
+    )
     c.set_defaults(func=show)
     actions = c.add_subparsers(dest="action", metavar="ACTION")
-    cl = actions.add_parser("clear", help="remove every cached kernel (rebuilt when next needed)")
+    cl = actions.add_parser(
+        "clear", help="empty the cache root: kernels are rebuilt and models verified again when next needed"
+    )
     cl.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
     cl.set_defaults(func=clear)

@@ -42,7 +42,11 @@ def report_lines(report) -> list[str]:
         said = "; ".join(f"{why} (x{n})" if n > 1 else why for why, n in whys.items())
         lines.append(f"  {kind:12s} {sum(whys.values())} declined: {said}")
     if report.max_diff is not None:
-        lines.append(f"  verified     logits within {report.max_diff:.3g} x scale (allowed {report.allowed:.3g})")
+        within = f"logits within {report.max_diff:.3g} x scale (allowed {report.allowed:.3g})"
+        if report.record.startswith("cached"):
+            lines.append(f"  verified     {report.record} ({within} when recorded)")
+        else:
+            lines.append(f"  verified     {within}" + (f"; {report.record}" if report.record else ""))
     if report.phases:
         lines.append(f"  time         {report.timings()}")
     return lines

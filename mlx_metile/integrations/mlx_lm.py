@@ -32,6 +32,7 @@ from mlx.utils import tree_flatten
 
 from ..schedule import ROW_BUCKETS, row_bucket
 from ..tune import autotune
+from . import record
 from .modules import (
     QUANTIZED_LINEAR,
     FusedSwiGLU,
@@ -64,7 +65,15 @@ FIXED_FLOOR = {mx.float16: 2e-2, mx.bfloat16: 5e-2}
 # where SiLU, GELU and friends differ by about 10%; f32 rounding is ~1e-6.
 PROBE_TOLERANCE = 1e-3
 # The phases of patch() that PatchReport.phases times, in the order they run.
-PHASES = ("discovery", "float32 reference", "unpatched model", "probes", "patched model", "tuning")
+PHASES = (
+    "discovery",
+    "verification record",
+    "float32 reference",
+    "unpatched model",
+    "probes",
+    "patched model",
+    "tuning",
+)
 
 
 @dataclass
@@ -103,6 +112,7 @@ class PatchReport:
     runs: int = 0  # verification's runs of the patched model
     shard: str = ""  # for a tensor-parallel model, this process's place in it ("rank 0 of 2")
     tuning: object | None = None  # patch(tune=True): the mlx_metile.tune.Tuning of the patched calls
+    record: str = ""  # "cached record <key>": verification skipped, its record used; "recorded <key>"
     _parts: list[Part] = field(default_factory=list, repr=False)
 
     def __bool__(self) -> bool:
@@ -116,9 +126,12 @@ class PatchReport:
         if self.phases:
             lines.append(f"  time: {self.timings()}")
         if self.max_diff is not None:
-            lines.append(
-                f"  verified: max |logits - float32 reference| = {self.max_diff:.3g} x scale (allowed {self.allowed:.3g})"
-            )
+            said = f"max |logits - float32 reference| = {self.max_diff:.3g} x scale (allowed {self.allowed:.3g})"
+            if self.record.startswith("cached"):
+                said = f"{self.record} ({said} when recorded)"
+            elif self.record:
+                said += f"; {self.record}"
+            lines.append(f"  verified: {said}")
         for path, kind in self.replaced:
             fmt = self.formats.get((path, kind))
             lines.append(f"  replaced {kind:12s} {path}" + (f" ({fmt})" if fmt else ""))
@@ -511,7 +524,9 @@ def patch(
     verify: run the model before and after on synthetic tokens (prefill, decode
       steps, a multi-row verification step, a batch of two) and keep only the
       parts whose logits match, bisecting when the whole set fails (_verify says what
-      runs; the report's .phases where the time went).
+      runs; the report's .phases where the time went). A verification that kept every part is
+      recorded; patching the same model with the same code and options again uses the record
+      instead of the runs (report.record says which; integrations/record.py, MLX_METILE_VERIFY_RECORD).
     tolerance: how much further (max |logits difference|, relative to the logits'
       scale) the patched model may be from the model computed in float32 than
       the unpatched model is, beyond ERROR_GROWTH x the unpatched model's own
@@ -569,7 +584,8 @@ def patch(
     with _phase(report, "discovery"):
         parts = _discover(model, max_rows, report.declined, dense, fuse_norms)
     if verify and parts:
-        _verify(model, parts, report, tolerance, seed)  # (declines what does not verify, from parts)
+        options = dict(tolerance=tolerance, max_rows=max_rows, dense=dense, fuse_norms=fuse_norms, seed=seed)
+        _verify_or_recall(model, parts, report, options)
     for p in parts:
         p.on()
     report._parts = parts
@@ -577,6 +593,31 @@ def patch(
     report.formats = {(p.path, p.kind): p.formats for p in parts if p.formats}
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _verify_or_recall(model: nn.Module, parts: list[Part], report: PatchReport, options: dict) -> None:
+    """_verify, unless the verification record holds a verification of this model, code and options
+    that kept every part (integrations/record.py); after one that kept every part, record it.
+    (Not for sharded models: every rank must run verification's collectives alike.)"""
+    key = document = None
+    if record.enabled() and not report.shard:
+        with _phase(report, "verification record"):
+            modules = [(path, f"{type(m).__module__}.{type(m).__qualname__}") for _, _, m, path in _walk(model)]
+            document = record.key_document(model, parts, options, modules)
+            key = record.key_of(document)
+            found = record.lookup(key)
+        discovered = sorted([p.path, p.kind] for p in parts)
+        if found is not None and sorted(map(list, found["replaced"])) == discovered:
+            report.max_diff, report.allowed = float(found["max_diff"]), float(found["allowed"])
+            report.record = f"cached record {key[:12]}"
+            return
+    before = len(parts)
+    _verify(model, parts, report, options["tolerance"], options["seed"])  # (declines what does not verify)
+    if key is not None and len(parts) == before:
+        replaced = [[p.path, p.kind] for p in parts]
+        with _phase(report, "verification record"):
+            record.store(key, document, report.max_diff, report.allowed, replaced)
+        report.record = f"recorded {key[:12]}"
 
 
 @contextmanager

@@ -141,7 +141,18 @@ def _version_line(cmd: list[str], last: bool = False) -> str:
 
 
 # Settings that change neither a kernel nor its route (where caches go, what is printed)
-_NOT_KEYED = {"debug", "cache", "xdg_cache_home", "cuda_home", "tune_store", "clang", "nvcc", "nvrtc", "cuda_include"}
+_NOT_KEYED = {
+    "debug",
+    "cache",
+    "xdg_cache_home",
+    "cuda_home",
+    "tune_store",
+    "clang",
+    "nvcc",
+    "nvrtc",
+    "cuda_include",
+    "verify_record",
+}
 
 
 def keyed_settings() -> dict[str, str]:

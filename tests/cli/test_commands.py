@@ -130,3 +130,14 @@ def test_cache_clear_empties_the_cache(tmp_path):
     assert dry.returncode == 0 and (root / "emu" / "kernel.so").exists() and "would free 2.0 KB" in dry.stdout
     done = run("cache", "clear", env=env)
     assert done.returncode == 0 and not (root / "emu").exists() and "freed 2.0 KB" in done.stdout
+
+
+def test_generate_says_when_patch_used_its_verification_record(tiny_model, tmp_path):
+    env = {"MLX_METILE_CACHE": str(tmp_path / "cache"), "MLX_METILE_VERIFY_RECORD": "1"}
+    args = ("generate", "--model", str(tiny_model), "--prompt", "the a of", "--max-tokens", "2")
+    first, second = run(*args, env=env), run(*args, env=env)
+    assert first.returncode == 0 and second.returncode == 0, second.stderr[-2000:]
+    assert "  verified     logits within " in first.stdout and "; recorded " in first.stdout, first.stdout
+    key = first.stdout.split("; recorded ")[1].split()[0]
+    assert f"  verified     cached record {key} (logits within " in second.stdout, second.stdout
+    assert "float32 reference" in first.stdout and "float32 reference" not in second.stdout
