@@ -48,6 +48,14 @@ def lane_load_bytes(spec: ProjectionSpec, sector: bool, wide: bool = False) -> i
     return min(chunk_k(spec, wide) // 4 * w.bits // 32, 4) * 4
 
 
+def copy_run(row_bytes: int) -> int:
+    """16-byte pieces of a column's stage that one copy's lanes take side by side: all of them, or
+    where they are 3 or 5 times a power of two (affine 3, 5 and 6 bits) the power of two, the
+    stage copied in 3 or 5 such runs."""
+    pieces = row_bytes // 16
+    return pieces & -pieces
+
+
 def ring_rows(spec: ProjectionSpec, tiles: int = 1) -> int:
     """Rows of a stage: 16 columns per tile and accumulator, ordered (accumulator, tile, column)."""
     return TILE * tiles * (2 if spec.epilogue == "swiglu" else 1)
