@@ -23,7 +23,7 @@ from ..spec import ProjectionSpec
 from ..targets.cuda import STATIC_SHARED_BYTES, CudaTarget
 from .buckets import MAX_ROWS_PER_PROGRAM, row_bucket
 from .cuda_layouts import DEEP, LAYOUTS, ONE_TILE, ONE_TILE_WIDE, ONE_WAVE, SPREAD, TILES, WAVE_BLOCKS
-from .geometry import TILE, chunk_bytes, chunk_k, copy_run, lane_load_bytes, scale_bytes_of, slot_bytes
+from .geometry import TILE, chunk_bytes, chunk_k, copy_bytes, copy_run, lane_load_bytes, scale_bytes_of, slot_bytes
 from .schedule import Schedule
 from .tables import CudaTables, cuda_tables
 
@@ -173,12 +173,12 @@ class MmaRules:
     def stageable(self) -> bool:
         """K a whole number of stages, a column's stage at most 512 bytes with its scales in one
         copy of at most 16 bytes; affine 2, 3, 5 and 6 bits where a lane's quarter of a group is
-        whole 8-k blocks and a column's stage is an even number of 16-byte pieces (copy_run); not
+        whole 8-k blocks and a column's stage whole runs of 2 or more copies (copy_run); not
         `wide`, not with the staged ring turned off."""
         if not self.cfg.cuda_mma_staged or self.wide:
             return False
-        if self.lowbit and not (lane_blocks(self.w) and copy_run(self.row_bytes) > 1):
-            return False  # (3 and 5 bits at group 32: stages of 3 or 5 pieces a column; the direct loads)
+        if self.lowbit and not (lane_blocks(self.w) and self.row_bytes % self.copy_bytes == 0 and self.run > 1):
+            return False
         if not self.w.quantized and self.dense_mode != "staged":
             return False
         g = self.groups
@@ -191,6 +191,15 @@ class MmaRules:
     @cached_property
     def row_bytes(self) -> int:
         return self.groups * chunk_bytes(self.spec, self.wide)
+
+    @cached_property
+    def copy_bytes(self) -> int:
+        return copy_bytes(self.spec, self.row_bytes)
+
+    @cached_property
+    def run(self) -> int:
+        """Copies of a column's stage side by side in one copy's lanes (copy_run)."""
+        return copy_run(self.row_bytes, self.copy_bytes)
 
     @cached_property
     def lane_bytes(self) -> int:
@@ -206,8 +215,8 @@ class MmaRules:
 
     @cached_property
     def swizzle(self) -> tuple[int, int]:
-        if copy_run(self.row_bytes) != self.row_bytes // 16:
-            return (0, 0)  # (rows of 3 or 5 runs of pieces: padded, not swizzled)
+        if self.copy_bytes != 16 or self.run != self.row_bytes // 16:
+            return (0, 0)  # (rows of 8-byte copies, or of 3 or 5 runs: padded, not swizzled)
         if self.knob("swizzle") == 1:
             return min(self.row_bytes // 16, 8) - 1, 1
         return self.width_swizzle()
@@ -220,6 +229,8 @@ class MmaRules:
         if setting == 0:
             return PAD
         w = self.lane_bytes
+        if self.lowbit and w == 4:  # (rows of an odd number of 16 bytes lie 16 bytes apart in banks as they are)
+            return 0 if self.row_bytes // 16 % 2 else PAD
         if setting == 1 or w == 8 or not self.w.quantized:
             return 4 * w % 128 or PAD
         return PAD
@@ -376,7 +387,7 @@ class MmaRules:
         weight, and a lane's rows share their swizzle."""
         one_each = self.spec.epilogue == "swiglu" or len(self.spec.weights) == 1
         wanted = self.setting("strided", bm) == 1 or self.gate_up_16(bm)
-        rows_per_copy = 32 // copy_run(self.row_bytes)
+        rows_per_copy = 32 // self.run
         mask = self.swizzle[0]
         same_swizzle = not mask or rows_per_copy % (mask + 1) == 0
         return wanted and one_each and same_swizzle

@@ -135,7 +135,8 @@ VARIANTS = [
     _v("simt-bf16-q2g32", spec("bf16", [WeightFormat("bf16", 2, 32)]), 1, simd, MMA="0"),
     _v("simt-bf16-q3g32-swiglu", spec("bf16", [WeightFormat("bf16", 3, 32)] * 2, "swiglu"), 8, simd, MMA="0"),
     _v("mma-direct-bf16-q2g32", spec("bf16", [WeightFormat("bf16", 2, 32)]), 1, direct, MMA_STAGED="0"),
-    _v("mma-direct-bf16-q3g32-swiglu", spec("bf16", [WeightFormat("bf16", 3, 32)] * 2, "swiglu"), 32, direct),
+    _v("mma-direct-bf16-q3g32-swiglu", spec("bf16", [WeightFormat("bf16", 3, 32)] * 2, "swiglu"), 32, direct,
+       MMA_STAGED="0"),
     _v("mma-direct-f16-q5g64-bias", spec("f16", [WeightFormat("f16", 5, 64, True, "f16")]), 16, direct,
        MMA_STAGED="0"),
     _v("mma-direct-bf16-q6g32-qkv", spec("bf16", [WeightFormat("bf16", 6, 32)] * 3), 8, direct, MMA_STAGED="0"),
@@ -157,7 +158,9 @@ VARIANTS = [
     _v("staged-bf16-q2g32-strided", spec("bf16", [WeightFormat("bf16", 2, 32)] * 2, "swiglu"), 16,
        lambda a: staged(a) and a.schedule.strided, MMA_STRIDED="1"),
     _v("staged-bf16-q6g32-residual", spec("bf16", [WeightFormat("bf16", 6, 32)], None, True), 8, staged),
-    _v("mma-direct-bf16-q3g32-not-staged", spec("bf16", [WeightFormat("bf16", 3, 32)]), 4, direct),
+    _v("staged-bf16-q3g32-8-byte-copies", spec("bf16", [WeightFormat("bf16", 3, 32)]), 4,
+       lambda a: staged(a) and "metile_cp16(dst" not in a.source and "metile_cp_small<8>(dst" in a.source),
+    _v("staged-f16-q5g32-swiglu", spec("f16", [WeightFormat("f16", 5, 32)] * 2, "swiglu"), 16, staged),
     # MLX's microscaling modes (uint8 scales, e2m1 / e4m3 codes): SIMT for f32 x and past 32 rows
     _v("simt-f32-mxfp4", spec("f32", [WeightFormat("u8", 4, 32, mode="mxfp4")]), 1, simd),
     _v("tiled-bf16-nvfp4-residual", spec("bf16", [WeightFormat("u8", 4, 16, mode="nvfp4")], None, True), 33, tiled),
@@ -316,7 +319,7 @@ STAGED_SPECS = [
     spec("bf16", [WeightFormat("bf16", 3, 64)]),  # affine 3, 5, 6 bits: stages in 3 or 5 runs of pieces
     spec("f16", [WeightFormat("f16", 5, 64)] * 2, "swiglu"),
     spec("bf16", [WeightFormat("bf16", 2, 128)], k=512),
-    spec("bf16", [WeightFormat("bf16", 3, 32)]),  # 3 pieces a column's stage: the direct loads
+    spec("f16", [WeightFormat("f16", 5, 32)], None, True),  # 8-byte copies
     spec("bf16", [Q4G64B] * 2, "swiglu"),
     spec("bf16", [WeightFormat("bf16", 4, 32)]),
     spec("f16", [WeightFormat("f16", 4, 128)], None, True),

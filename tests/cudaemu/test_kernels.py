@@ -150,17 +150,18 @@ def test_microscaled_tensor_core_kernels_match_float64_and_are_row_invariant(env
 
 
 @pytest.mark.parametrize("weight", [WeightFormat("bf16", 3, 32), WeightFormat("f16", 5, 32)], ids=["q3g32", "q5g32"])
-def test_staged_ring_refuses_low_bit_weights_of_odd_stages_by_name(weight):
-    """3 and 5 bits at group 32: a column's stage of 4 groups is 3 or 5 pieces of 16 bytes, which
-    the ring's copies do not lay out; MmaRules never stages them (the direct loads), and a staged
-    Schedule given anyway is refused naming the format rather than copying a ring wrongly."""
+def test_staged_ring_refuses_low_bit_stages_of_odd_copies_by_name(env, weight):
+    """Stages of 2 groups of 3 or 5-bit group 32 (MLX_METILE_CUDA_MMA_GROUPS=2: 24 and 40 bytes a
+    column, 3 and 5 copies of 8 bytes, no run of 2 side by side): MmaRules does not stage them
+    (the direct loads), and a staged Schedule of 2 groups given anyway is refused naming the
+    format rather than copying a ring wrongly."""
+    env.set("MLX_METILE_CUDA_MMA_GROUPS", "2")
     spec = ProjectionSpec("bf16", (weight,), k_multiple=256)
     assert rules(spec).supported() and not rules(spec).stageable
     staged = rules(ProjectionSpec("bf16", (q4,), k_multiple=256)).schedule(16, TILES)
-    assert staged.staged and staged.groups == 4
-    with pytest.raises(
-        LowerError, match=f"staged ring .* not {4 * weight.group_size * weight.bits // 8} bytes of {weight.short()}"
-    ):
+    assert staged.staged and staged.groups == 2
+    size = 2 * weight.group_size * weight.bits // 8
+    with pytest.raises(LowerError, match=f"staged ring .* not {size} bytes of {weight.short()}"):
         compile_projection(spec, staged, "cuda")
 
 

@@ -3,7 +3,7 @@ within the float64 tolerance of the exact dequantisation (itself checked against
 rows invariant bit for bit, and every output the bits of the direct-load kernel
 (MLX_METILE_CUDA_MMA_STAGED=0). The ring copies each column's packed bit stream as the direct
 loads read it (a group of g values of b bits: g * b / 8 bytes; 3, 5 and 6 bits in runs of
-schedule.geometry.copy_run pieces), the lanes extract their values (straddling words included)
+schedule.geometry.copy_run copies, 3 and 5 bits at group 32 in copies of 8 bytes), the lanes extract their values (straddling words included)
 with the direct loads' code, and stages of schedule.cuda_mma.MICRO_GROUPS chunks keep the direct
 loads' K ranges, so every sum runs in the same order."""
 
@@ -38,6 +38,8 @@ STAGED = [  # (spec, K, N)
     (ProjectionSpec("f16", (affine(6, 32, "f16"),) * 2, "swiglu", k_multiple=128), 768, 24),
     (ProjectionSpec("bf16", (affine(2, 128),) * 2, "swiglu", k_multiple=512), 1024, 24),
     (ProjectionSpec("bf16", (affine(2, 128),) * 3, k_multiple=512), 1024, (40, 16, 24)),
+    (ProjectionSpec("bf16", (affine(3, 32),), k_multiple=128), 640, 37),  # 8-byte copies; lanes past their bits
+    (ProjectionSpec("f16", (affine(5, 32, "f16", bias=True),) * 2, "swiglu", k_multiple=128), 384, 24),
 ]
 
 
@@ -93,7 +95,7 @@ def test_staged_affine_widths_match_float64_the_direct_loads_and_are_row_invaria
         case.invariant(got, what, bucket=1)
 
 
-@pytest.mark.parametrize("bits_,group", [(2, 64), (3, 64), (5, 64), (6, 32)])
+@pytest.mark.parametrize("bits_,group", [(2, 64), (3, 64), (5, 64), (6, 32), (3, 32)])
 def test_staged_affine_width_sums_run_in_the_direct_loads_order(env, bits_, group):
     """Every 128th k of x +-2**24 (signs alternating) over a weight of one 128-k block repeated:
     the K ranges' partial sums, near +-2**24 * w, cancel, so their f32 rounding shows in the bf16
