@@ -131,3 +131,19 @@ def test_shared_x_over_affine_width_weights_gives_the_direct_loads_bits(env, bit
     got = case.run_kernel(art, 32)
     case.check(got, 32, f"q{bits_} shared x")
     assert same(got, want) and same(split, want)
+
+
+@pytest.mark.parametrize("bits_,group", [(3, 64), (5, 32)])
+def test_strided_copies_of_affine_width_stages_give_the_direct_loads_bits(env, bits_, group):
+    """MLX_METILE_CUDA_MMA_STRIDED=1 (one base pointer per accumulator, the runs of a stage at
+    constant offsets from it; 5 bits at group 32 in 8-byte copies) on a SwiGLU at 16 and 32 rows:
+    within tolerance and the direct loads' bits."""
+    spec = ProjectionSpec("bf16", (affine(bits_, group),) * 2, "swiglu", k_multiple=256)
+    case = Case(spec, 768, 40, rows=32)
+    set_knobs(env, {"STRIDED": "1"})
+    for bucket, layout in ((16, ONE_TILE), (32, TILES)):
+        art = kernel(spec, bucket, layout)
+        assert art.schedule.staged and art.schedule.strided, art.schedule.describe()
+        got = case.run_kernel(art, bucket)
+        case.check(got, bucket, f"{spec.name()} strided rows={bucket}")
+        assert same(got, direct(env, case, bucket, bucket, layout))
