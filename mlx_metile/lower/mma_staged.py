@@ -1,5 +1,5 @@
-"""The `mma` schedule with staged weights (the CUDA default for affine 4/8-bit, microscaled and
-dense weights).
+"""The `mma` schedule with staged weights (the CUDA default for affine 2/3/5/6/4/8-bit,
+microscaled and dense weights where K holds whole stages).
 
 Same math as the direct loads (mma.py: exact integer MMAs per group, the affine scaling in f32
 per group, the same lane <-> k mapping; microscaled weights: the same decoding and scaling per
@@ -16,6 +16,12 @@ while it computes one. Rows of the ring are padded (Schedule.row_pad) or swizzle
 banks. The reduction buffer of the warps' partial sums reuses the ring after the loop. The K
 split (whole stages per warp) depends on the spec alone, so rows stay invariant across row
 buckets; tiles move loads only. docs/SCHEDULES.md, "mma staged", gives the figures.
+
+Affine 2, 3, 5 and 6 bits: a column's packed bits staged as they lie in global memory (g * b / 8
+bytes a group), in copies of 16 bytes (8 for 3 and 5 bits at group 32: copy_bytes), a stage of
+3 or 5 times a power of two of them copied in 3 or 5 runs of that many (3, 5, 6 bits; copy_run),
+each run laid out as a whole row's copies are; the lanes read the words covering their values from the ring and shift them as the
+direct loads do (mma.py low_value, stream).
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from ..codegen.ast import (
     select,
 )
 from ..schedule import Schedule
-from ..schedule.geometry import TILE, chunk_bytes, ring_rows, scale_bytes_of, slot_bytes
+from ..schedule.geometry import TILE, chunk_bytes, copy_bytes, copy_run, ring_rows, scale_bytes_of, slot_bytes
 from ..spec import ProjectionSpec
 from ..targets.cuda import DRIVER_SHARED_PER_BLOCK, STATIC_SHARED_BYTES
 from .base import LowerError
@@ -71,11 +77,6 @@ class StagedMMALowering(MMALowering):
     def __init__(self, program, schedule: Schedule, spec: ProjectionSpec):
         super().__init__(program, schedule, spec)
         w = spec.weights[0]
-        if self.lowbit:  # (MmaRules.stageable says no)
-            raise LowerError(
-                f"{program.name}: the staged ring takes dense weights, affine 4 or 8 bits and microscaled ones,"
-                f" not {w.short()}"
-            )
         self.groups = schedule.groups
         self.align = self.batch = self.groups  # whole stages per warp; a stage is one batch
         # a column's 16-bit scales of a stage: one word (microscaled: a uint8 load per chunk)
@@ -94,7 +95,19 @@ class StagedMMALowering(MMALowering):
         self.stages = schedule.stages
         if self.stages < 2 and not schedule.xshare:  # (shared x sizes its own rings)
             raise LowerError(f"{program.name}: the staged rings of {self.tiles} tiles do not fit 2 stages")
-        self.pieces = self.nrows * self.row_bytes // 16 // 32  # 16-byte copies per lane per stage
+        # copies of 16 bytes (8: affine 3 and 5 bits at group 32), `pieces` per lane per stage;
+        # a column's stage in `runs` runs of `per_row` (one run but for 3, 5 and 6 bits), each
+        # run's copies laid out as a whole row's are
+        cb = self.copy_bytes = copy_bytes(spec, self.row_bytes)
+        self.pieces = self.nrows * self.row_bytes // cb // 32
+        self.per_row = copy_run(self.row_bytes, cb)
+        self.runs = self.row_bytes // cb // self.per_row if self.per_row else 1
+        odd = self.lowbit and (self.row_bytes % cb or self.per_row < 2)
+        if odd or ((self.runs > 1 or cb != 16) and self.swizzle_mask):
+            raise LowerError(
+                f"{program.name}: the staged ring copies a column's stage in unswizzled runs of 2 or more copies,"
+                f" not {self.row_bytes} bytes of {w.short()}"
+            )
         self.scale_passes = -(-self.nrows // 32)  # warp-wide passes copying a stage's scales
         self.interleave = schedule.interleave
         if self.per_warp not in (1, 2) or (self.per_warp > 1 and self.interleave):
@@ -138,8 +151,14 @@ class StagedMMALowering(MMALowering):
                         if self.sector:
                             bits = self.spec.weights[0].bits
                             within = Const(4 * self.sector_word(v0, bits)) + t * bits
+                        live: Expr = TRUE
+                        if self.stream:  # the word holding the lane's first bit, as the direct loads
+                            lane_bits = self.quarter * self.spec.weights[0].bits
+                            within = P(P(t * lane_bits) >> 5) * 4 + 4 * v0
+                            if v0 == words - 1 and self.tail_lanes != 15:
+                                live = V("wtail")  # past the lane's bits: zero, as the direct loads'
                         at = slot + row * self.stride + self.piece(Const(b * self.group_bytes) + within)
-                        out.append(LaneLoad(self.word_vector, f"w{j}_{tile}{h}v{v0}_{b}", TRUE, at))
+                        out.append(LaneLoad(self.word_vector, f"w{j}_{tile}{h}v{v0}_{b}", live, at))
                     if self.micro:  # the chunk's uint8 scale (nvfp4: of the lane's group, t / 2); no biases
                         at = slot + self.scales_at + row * self.scale_bytes + b
                         if self.folded:
@@ -203,13 +222,13 @@ class StagedMMALowering(MMALowering):
         if not self.s.strided:
             return False
         one_each = all(len(self.members(j)) == 1 for j in range(nacc))
-        rows_per_copy = 32 // (self.row_bytes // 16)
+        rows_per_copy = 32 // self.per_row
         if not one_each or (self.swizzle_mask and rows_per_copy % (self.swizzle_mask + 1)):
             raise LowerError(f"{self.p.name}: strided copies need one weight per accumulator and rows of one swizzle")
         return True
 
     def copy_piece(self, row: Expr, per_row: int) -> Expr:
-        """The piece of ring row `row` a lane's 16-byte copy fills: its own, or swizzled."""
+        """The piece of ring row `row` a lane's copy fills: its own, or swizzled."""
         piece = P(V("lane") % per_row)
         return P(piece ^ self.swizzled_piece(row)) if self.swizzle_mask else piece
 
@@ -218,7 +237,7 @@ class StagedMMALowering(MMALowering):
         within a slot."""
         w = self.spec.weights[0]
         lane = V("lane")  # from the prologue
-        per_row = self.row_bytes // 16  # 16-byte pieces of a ring row
+        per_row, cb = self.per_row, self.copy_bytes  # copies of a run of a ring row, their bytes
         rows_per_copy = 32 // per_row
         k = Cast("size", V("K"))
         row_bytes = k * w.bits / 8 if w.quantized else k * 2
@@ -230,32 +249,33 @@ class StagedMMALowering(MMALowering):
         strided = self.strided(nacc)
         if strided:
             out.append(Decl("size", "cw_row", row_bytes, const=True))
-            cwd = P(lane / per_row) * self.stride + self.copy_piece(lane / per_row, per_row) * 16
+            cwd = P(lane / per_row) * self.stride + self.copy_piece(lane / per_row, per_row) * cb
             out.append(Decl("int", "cwd", cwd, const=True))
             for j in range(nacc):
                 m = self.members(j)[0]
                 col = self.col_base() + lane / per_row
                 # columns left from the lane's first; the base may lie past the end
                 out.append(Decl("int", f"cwn{j}", V(f"N{m}") - P(col), const=True))
-                first = PtrCast(CONST_BYTES, V(f"w{m}")) + Cast("size", P(col)) * V("cw_row") + P(lane % per_row) * 16
+                first = PtrCast(CONST_BYTES, V(f"w{m}")) + Cast("size", P(col)) * V("cw_row") + P(lane % per_row) * cb
                 out.append(Decl(PtrType("char", const_elem=True, const=True), f"cwb{j}", first))
-        for i in range(0 if strided else self.pieces):  # else a pointer, flag and offset per piece
+        for i in range(0 if strided else self.pieces // self.runs):  # else a pointer, flag and offset per piece
             first_row = i * rows_per_copy  # the piece's rows lie in one 16-row band: (accumulator, tile)
             j, tile = divmod(first_row // TILE, self.tiles)
             col = P(self.col_base() + (TILE * tile + first_row % TILE) + lane / per_row)
 
             def weight(m, local):
-                return PtrCast(CONST_BYTES, V(f"w{m}")) + rows_in_bytes(Cast("size", local)) + P(lane % per_row) * 16
+                return PtrCast(CONST_BYTES, V(f"w{m}")) + rows_in_bytes(Cast("size", local)) + P(lane % per_row) * cb
 
             block = self.source(j, col, weight)
             block.append(Line([Assign(V(f"cw{i}"), V("src")), Assign(V(f"cwok{i}"), V("ok"))]))
             out.append(Block(block))
             piece = self.copy_piece(Const(first_row) + lane / per_row, per_row)
             out.append(
-                Decl("int", f"cwd{i}", P(Const(first_row) + lane / per_row) * self.stride + piece * 16, const=True)
+                Decl("int", f"cwd{i}", P(Const(first_row) + lane / per_row) * self.stride + piece * cb, const=True)
             )
         declared = [
-            Line([Decl(CONST_BYTES, f"cw{i}"), Decl("bool", f"cwok{i}")]) for i in range(0 if strided else self.pieces)
+            Line([Decl(CONST_BYTES, f"cw{i}"), Decl("bool", f"cwok{i}")])
+            for i in range(0 if strided else self.pieces // self.runs)
         ]
         if not w.quantized:
             return declared + out
@@ -299,15 +319,22 @@ class StagedMMALowering(MMALowering):
         out: list = [Decl(BYTE_PTR, "dst", V("ring") + P(slot) * self.slot)]
         out.append(Decl("size", "wo", Cast("size", chunk0) * self.group_bytes, const=True))
         nacc = self.nrows // (TILE * self.tiles)
-        strided, rows_per_copy = self.strided(nacc), 32 // (self.row_bytes // 16)
-        for i in range(self.pieces):
-            if not strided:
-                out.append(AsyncCopy(dst + V(f"cwd{i}"), V(f"cw{i}") + V("wo"), 16, V(f"cwok{i}")))
-                continue
-            j, p = divmod(i, self.pieces // nacc)  # accumulator j's piece p
-            k = p * rows_per_copy  # columns past the lane's first (past the last: copies 0 bytes)
-            src = V(f"cwb{j}") + Cast("size", Const(k)) * V("cw_row") + V("wo")
-            out.append(AsyncCopy(dst + V("cwd") + i * rows_per_copy * self.stride, src, 16, Const(k).lt(V(f"cwn{j}"))))
+        strided, rows_per_copy = self.strided(nacc), 32 // self.per_row
+        per_run, cb = self.pieces // self.runs, self.copy_bytes
+        for u in range(self.runs):  # (run u: its copies' bytes cb * per_row * u on, in both rows)
+
+            def run(at: Expr, u: int = u) -> Expr:
+                return at + cb * self.per_row * u if u else at
+
+            for i in range(per_run):
+                if not strided:
+                    out.append(AsyncCopy(run(dst + V(f"cwd{i}")), run(V(f"cw{i}") + V("wo")), cb, V(f"cwok{i}")))
+                    continue
+                j, p = divmod(i, per_run // nacc)  # accumulator j's piece p
+                k = p * rows_per_copy  # columns past the lane's first (past the last: copies 0 bytes)
+                src = run(V(f"cwb{j}") + Cast("size", Const(k)) * V("cw_row") + V("wo"))
+                to = run(dst + V("cwd") + i * rows_per_copy * self.stride)
+                out.append(AsyncCopy(to, src, cb, Const(k).lt(V(f"cwn{j}"))))
         if not w.quantized:
             return out
         out.append(Decl("size", "so", Cast("size", chunk0) * scale_bytes_of(self.spec), const=True))

@@ -23,7 +23,7 @@ from ..spec import ProjectionSpec
 from ..targets.cuda import STATIC_SHARED_BYTES, CudaTarget
 from .buckets import MAX_ROWS_PER_PROGRAM, row_bucket
 from .cuda_layouts import DEEP, LAYOUTS, ONE_TILE, ONE_TILE_WIDE, ONE_WAVE, SPREAD, TILES, WAVE_BLOCKS
-from .geometry import TILE, chunk_bytes, chunk_k, lane_load_bytes, scale_bytes_of, slot_bytes
+from .geometry import TILE, chunk_bytes, chunk_k, copy_bytes, copy_run, lane_load_bytes, scale_bytes_of, slot_bytes
 from .schedule import Schedule
 from .tables import CudaTables, cuda_tables
 
@@ -44,11 +44,12 @@ XSHARE_STAGES = 2
 XSHARE_WARPS = 4
 XSHARE_ROWS = 32
 GATE_UP_16_BLOCKS = 3
-MMA_AFFINE_BITS = (4, 8)  # affine widths every kernel unpacks (2, 3, 5, 6: the direct loads, lane_blocks)
+MMA_AFFINE_BITS = (4, 8)  # affine widths every kernel unpacks (2, 3, 5, 6: the tensor cores', lane_blocks)
 # microscaled modes the tensor-core kernels take (lower/mma.py; the staged ring and shared x too)
 MMA_MICROSCALED = ("mxfp4", "mxfp8", "nvfp4")
-# groups per stage of microscaled weights: the direct loads' K alignment (lower/mma.py
-# SPLIT_ALIGN), so that both kernels split K into the same ranges and give the same bits
+# groups per stage of microscaled weights and of affine 2, 3, 5 and 6 bits: the direct loads' K
+# alignment (lower/mma.py SPLIT_ALIGN), so that both kernels split K into the same ranges and give
+# the same bits
 MICRO_GROUPS = 4
 # Stage tables by layout (ONE_TILE_WIDE's one-tile kernels are ONE_TILE's)
 STAGE_TABLE_OF = {ONE_TILE: "one_tile", ONE_TILE_WIDE: "one_tile", DEEP: "deep", ONE_WAVE: "one_wave"}
@@ -149,7 +150,7 @@ class MmaRules:
         value = self.knob("groups")
         if value is not None:
             return value
-        if self.micro:
+        if self.micro or self.lowbit:
             return MICRO_GROUPS
         groups = max(2, min(8, 128 // chunk_bytes(self.spec, self.wide)))
         if self.w.dtype == "f32":
@@ -163,15 +164,21 @@ class MmaRules:
         """Microscaled weights (uint8 scales, no biases)."""
         return self.w.quantized and not self.w.affine
 
+    @property
+    def lowbit(self) -> bool:
+        """Affine 2, 3, 5 or 6 bits (the lanes' bit streams, lower/mma.py low_value)."""
+        return self.w.affine and self.w.bits not in MMA_AFFINE_BITS
+
     @cached_property
     def stageable(self) -> bool:
         """K a whole number of stages, a column's stage at most 512 bytes with its scales in one
-        copy of at most 16 bytes; not `wide`, not affine 2, 3, 5, 6 bits, not with the staged ring
-        turned off."""
+        copy of at most 16 bytes; affine 2, 3, 5 and 6 bits where a lane's quarter of a group is
+        whole 8-k blocks and a column's stage whole runs of 2 or more copies (copy_run); not
+        `wide`, not with the staged ring turned off."""
         if not self.cfg.cuda_mma_staged or self.wide:
             return False
-        if self.w.affine and self.w.bits not in MMA_AFFINE_BITS:
-            return False  # affine 2, 3, 5 and 6 bits: the direct loads only
+        if self.lowbit and not (lane_blocks(self.w) and self.row_bytes % self.copy_bytes == 0 and self.run > 1):
+            return False
         if not self.w.quantized and self.dense_mode != "staged":
             return False
         g = self.groups
@@ -184,6 +191,15 @@ class MmaRules:
     @cached_property
     def row_bytes(self) -> int:
         return self.groups * chunk_bytes(self.spec, self.wide)
+
+    @cached_property
+    def copy_bytes(self) -> int:
+        return copy_bytes(self.spec, self.row_bytes)
+
+    @cached_property
+    def run(self) -> int:
+        """Copies of a column's stage side by side in one copy's lanes (copy_run)."""
+        return copy_run(self.row_bytes, self.copy_bytes)
 
     @cached_property
     def lane_bytes(self) -> int:
@@ -199,6 +215,8 @@ class MmaRules:
 
     @cached_property
     def swizzle(self) -> tuple[int, int]:
+        if self.copy_bytes != 16 or self.run != self.row_bytes // 16:
+            return (0, 0)  # (rows of 8-byte copies, or of 3 or 5 runs: padded, not swizzled)
         if self.knob("swizzle") == 1:
             return min(self.row_bytes // 16, 8) - 1, 1
         return self.width_swizzle()
@@ -211,6 +229,8 @@ class MmaRules:
         if setting == 0:
             return PAD
         w = self.lane_bytes
+        if self.lowbit and w == 4:  # (rows of an odd number of 16 bytes lie 16 bytes apart in banks as they are)
+            return 0 if self.row_bytes // 16 % 2 else PAD
         if setting == 1 or w == 8 or not self.w.quantized:
             return 4 * w % 128 or PAD
         return PAD
@@ -251,7 +271,7 @@ class MmaRules:
         """(KB, stages) of the staged rings where a measured rule applies, else (0, 0)."""
         if self.knob("smem") is not None or self.knob("stages") is not None or not self.stageable:
             return (0, 0)
-        if self.micro:  # (the tables were measured on affine and dense weights)
+        if self.micro or self.lowbit:  # (the tables were measured on affine 4/8-bit and dense weights)
             return (0, 0)
         spec, w, rings, stage_tables = self.spec, self.w, self.tables.rings, self.tables.stage_tables
         q8g128 = w.quantized and w.bits == 8 and w.group_size == 128
@@ -299,8 +319,8 @@ class MmaRules:
         if dense_staged and DENSE_WARPS * 2 * self.slot_bytes() <= self.ring_budget(DENSE_WARPS):
             warps = DENSE_WARPS
         wider = 2 * warps if dense_staged else SPREAD_WARPS
-        # (microscaled: the direct loads' K ranges, whichever loads the ring takes)
-        spread = not self.micro and (layout == SPREAD or (layout == DEEP and w.bits == 8))
+        # (microscaled, affine 2, 3, 5, 6 bits: the direct loads' K ranges, whichever loads the ring takes)
+        spread = not (self.micro or self.lowbit) and (layout == SPREAD or (layout == DEEP and w.bits == 8))
         if spread and self.stageable and wider * 2 * self.slot_bytes() <= self.ring_budget(wider):
             return wider
         return warps
@@ -367,7 +387,7 @@ class MmaRules:
         weight, and a lane's rows share their swizzle."""
         one_each = self.spec.epilogue == "swiglu" or len(self.spec.weights) == 1
         wanted = self.setting("strided", bm) == 1 or self.gate_up_16(bm)
-        rows_per_copy = 32 // (self.row_bytes // 16)
+        rows_per_copy = 32 // self.run
         mask = self.swizzle[0]
         same_swizzle = not mask or rows_per_copy % (mask + 1) == 0
         return wanted and one_each and same_swizzle

@@ -45,7 +45,27 @@ def lane_load_bytes(spec: ProjectionSpec, sector: bool, wide: bool = False) -> i
         return 16
     if sector:
         return w.bits // 4 * 4
-    return min(chunk_k(spec, wide) // 4 * w.bits // 32, 4) * 4
+    lane_bits = chunk_k(spec, wide) // 4 * w.bits
+    if w.affine and w.bits not in (4, 8):  # 2, 3, 5, 6 bits: 1, 2 or 4 words dividing the lane's; a stream's one by one
+        words = lane_bits // 32 if lane_bits % 32 == 0 else 1
+        return 4 * max(n for n in (1, 2, 4) if words % n == 0)
+    return min(lane_bits // 32, 4) * 4
+
+
+def copy_bytes(spec: ProjectionSpec, row_bytes: int) -> int:
+    """Bytes of one copy into a ring row: 16, or 8 for affine 2, 3, 5 and 6-bit stages of an odd
+    number of 16 bytes a column (3 and 5 bits at group 32: 48 and 80)."""
+    w = spec.weights[0]
+    lowbit = w.affine and w.bits not in (4, 8)
+    return 8 if lowbit and row_bytes % 32 else 16
+
+
+def copy_run(row_bytes: int, piece: int = 16) -> int:
+    """Pieces (copies of `piece` bytes) of a column's stage that one copy's lanes take side by
+    side: all of them, or where they are 3 or 5 times a power of two (affine 3, 5 and 6 bits)
+    the power of two, the stage copied in 3 or 5 such runs."""
+    pieces = row_bytes // piece
+    return pieces & -pieces
 
 
 def ring_rows(spec: ProjectionSpec, tiles: int = 1) -> int:

@@ -82,17 +82,21 @@ def check_direct_loads(spec, K: int, N: int) -> None:
 
 
 @pytest.mark.parametrize("spec,K,N", LOW_BITS, ids=[c[0].name() for c in LOW_BITS])
-def test_low_bit_tensor_core_kernels_match_float64_and_are_row_invariant(spec, K, N):
+def test_low_bit_tensor_core_kernels_match_float64_and_are_row_invariant(env, spec, K, N):
     """2, 3, 5 and 6-bit weights where a lane's quarter of a group is whole words (the direct
-    loads): within tolerance at 1, 5, 16 and 32 rows, rows alike alone (the 1-row kernel)."""
+    loads, the staged ring turned off; it takes some by default: test_staged_affine_widths.py):
+    within tolerance at 1, 5, 16 and 32 rows, rows alike alone (the 1-row kernel)."""
+    env.set("MLX_METILE_CUDA_MMA_STAGED", "0")
     check_direct_loads(spec, K, N)
 
 
 @pytest.mark.parametrize("spec,K,N", STREAMS, ids=[c[0].name() for c in STREAMS])
-def test_low_bit_streams_of_partial_words_match_float64_and_are_row_invariant(spec, K, N):
+def test_low_bit_streams_of_partial_words_match_float64_and_are_row_invariant(env, spec, K, N):
     """2, 3, 5 and 6-bit weights where a lane's quarter of a group starts or ends inside a word
-    (values straddling the covering words too): within tolerance at 1, 5 and 32 rows, every row
-    of the 32 the bits it has alone (the 1-row kernel)."""
+    (values straddling the covering words too; the direct loads, the staged ring turned off):
+    within tolerance at 1, 5 and 32 rows, every row of the 32 the bits it has alone (the 1-row
+    kernel)."""
+    env.set("MLX_METILE_CUDA_MMA_STAGED", "0")
     assert rules(spec).supported()
     case = Case(spec, K, N, rows=32)
     for bucket, rows in ((1, 1), (8, 5), (32, 32)):
@@ -145,15 +149,19 @@ def test_microscaled_tensor_core_kernels_match_float64_and_are_row_invariant(env
     check_direct_loads(spec, K, N)
 
 
-@pytest.mark.parametrize("weight", [WeightFormat("bf16", 3, 128), WeightFormat("f16", 5, 64)], ids=["q3g128", "q5g64"])
-def test_staged_ring_refuses_low_bit_weights_by_name(weight):
-    """MmaRules never stages them (the direct loads); a staged Schedule given anyway is refused
-    naming the format, rather than building a ring of another format's scales."""
+@pytest.mark.parametrize("weight", [WeightFormat("bf16", 3, 32), WeightFormat("f16", 5, 32)], ids=["q3g32", "q5g32"])
+def test_staged_ring_refuses_low_bit_stages_of_odd_copies_by_name(env, weight):
+    """Stages of 2 groups of 3 or 5-bit group 32 (MLX_METILE_CUDA_MMA_GROUPS=2: 24 and 40 bytes a
+    column, 3 and 5 copies of 8 bytes, no run of 2 side by side): MmaRules does not stage them
+    (the direct loads), and a staged Schedule of 2 groups given anyway is refused naming the
+    format rather than copying a ring wrongly."""
+    env.set("MLX_METILE_CUDA_MMA_GROUPS", "2")
     spec = ProjectionSpec("bf16", (weight,), k_multiple=256)
-    assert not rules(spec).stageable
+    assert rules(spec).supported() and not rules(spec).stageable
     staged = rules(ProjectionSpec("bf16", (q4,), k_multiple=256)).schedule(16, TILES)
-    assert staged.staged
-    with pytest.raises(LowerError, match=f"staged ring .* not {weight.short()}"):
+    assert staged.staged and staged.groups == 2
+    size = 2 * weight.group_size * weight.bits // 8
+    with pytest.raises(LowerError, match=f"staged ring .* not {size} bytes of {weight.short()}"):
         compile_projection(spec, staged, "cuda")
 
 

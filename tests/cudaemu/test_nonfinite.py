@@ -97,7 +97,11 @@ AFFINE = [  # (spec, K, N, settings, kernel): each affine tensor-core kernel and
     (ProjectionSpec("bf16", (q8,), k_multiple=256), 512, 40, {"STAGED": "0"}, "direct"),
     (ProjectionSpec("bf16", (WeightFormat("bf16", 4, 64, True, "bf16"),) * 2, "swiglu", k_multiple=256), 512, 24,
      {"XSHARE": "2"}, "shared x"),
-    (ProjectionSpec("bf16", (WeightFormat("bf16", 3, 32),), k_multiple=256), 512, 40, {}, "direct 3-bit stream"),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 3, 32),), k_multiple=256), 512, 40, {"STAGED": "0"},
+     "direct 3-bit stream"),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 3, 32),), k_multiple=256), 512, 40, {}, "staged 3-bit g32 stream"),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 3, 64),), k_multiple=256), 512, 40, {}, "staged 3-bit stream"),
+    (ProjectionSpec("f16", (WeightFormat("f16", 5, 64),), k_multiple=256), 512, 40, {}, "staged 5-bit stream"),
 ]  # fmt: skip
 
 
@@ -120,6 +124,8 @@ def test_affine_tensor_core_rows_with_inf_get_the_float64_class(env, spec, K, N,
             assert art.schedule.xshare, art.schedule.describe()
         if which.startswith("direct"):
             assert not art.schedule.staged, art.schedule.describe()
+        if which.startswith("staged"):
+            assert art.schedule.staged, art.schedule.describe()
         got = sub.run(bucket, rows, layout)
         check_classes(sub, got, rows, f"{which} rows={rows}")
         sub.invariant(got, f"{which} with Inf", layout=layout, bucket=1)

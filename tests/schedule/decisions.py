@@ -1,7 +1,7 @@
 """The decision table of `mlx_metile.schedule.choose` over a grid of calls, and its snapshot.
 
 The grid: weight formats (dense bf16 / f16; affine 4- and 8-bit, groups 32 / 64 / 128, scales
-bf16 / f16 / f32; mxfp4, mxfp8, nvfp4) x fusions (one weight, with a bias, with a residual, a SwiGLU gate/up pair,
+bf16 / f16 / f32; mxfp4, mxfp8, nvfp4; affine 2, 3, 5 and 6-bit, groups 32 / 64 / 128, bf16 scales) x fusions (one weight, with a bias, with a residual, a SwiGLU gate/up pair,
 concatenated q/k/v) x shapes (the CUDA benchmarks' products, their SwiGLU and q/k/v versions, a
 few small and odd ones) x rows (1, 2, 4, 8, 16, 32, 33) x targets (CPU's MSL, CUDA sm_90, sm_80,
 compute_75), under the default settings. Each entry is the whole Schedule (`Schedule.knobs()`).
@@ -43,7 +43,8 @@ TARGETS: dict[str, Target] = {
 DENSE = [WeightFormat("bf16"), WeightFormat("f16")]
 AFFINE = [WeightFormat(s, b, g) for b in (4, 8) for g in (32, 64, 128) for s in ("bf16", "f16", "f32")]
 MICROSCALED = [WeightFormat("u8", b, g, mode=m) for m, b, g in (("mxfp4", 4, 32), ("mxfp8", 8, 32), ("nvfp4", 4, 16))]
-FORMATS = DENSE + AFFINE + MICROSCALED
+LOWBIT = [WeightFormat("bf16", b, g) for b in (2, 3, 5, 6) for g in (32, 64, 128)]
+FORMATS = DENSE + AFFINE + MICROSCALED + LOWBIT
 
 # (K, N): the CUDA benchmarks' single products, then small and odd ones (K not a multiple of 32 or 64)
 SINGLE_SHAPES = [

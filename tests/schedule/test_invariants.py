@@ -10,6 +10,8 @@ default settings), whatever the tuned values:
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from mlx_metile import settings
@@ -103,7 +105,8 @@ def test_staged_rings_fit_a_block_s_shared_memory(arch):
 def lane_offsets(spec, s) -> list[list[int]]:
     """Per load of one stage: lane t's byte offset within a row (t = 0..3). A chunk's k are the
     lanes' in quarters (lane t's k at t * ck / 4), or with the sector layout in slices of 8 k
-    (lane t's at t * 8 + 32 slice); a lane reads its bytes lane_bytes at a time."""
+    (lane t's at t * 8 + 32 slice); a lane reads its bytes lane_bytes at a time (2, 3, 5 and 6 bits:
+    the words covering its bits, from the word holding its first)."""
     w = spec.weights[0]
     cb = chunk_bytes(spec)
     width = lane_width(spec, s)
@@ -112,6 +115,12 @@ def lane_offsets(spec, s) -> list[list[int]]:
         if s.sector:
             for sl in range(cb // (4 * width)):
                 loads.append([b * cb + sl * 4 * width + t * width for t in range(4)])
+        elif w.affine and w.bits not in (4, 8):  # 2, 3, 5, 6 bits: the words covering lane t's bits
+            lane_bits = cb * 8 // 4
+            first = [t * lane_bits // 32 for t in range(4)]
+            covering = max(((t + 1) * lane_bits - 1) // 32 - first[t] + 1 for t in range(4))
+            for v in range(0, covering * 4, width):
+                loads.append([b * cb + 4 * first[t] + v for t in range(4)])
         else:
             quarter = cb // 4 if w.quantized else 16
             for v in range(0, quarter, width):
@@ -147,8 +156,17 @@ def conflicted(table, arch: str = "sm_90") -> list[str]:
                 continue
             seen.add((case.spec, s))
             width = lane_width(case.spec, s)
-            stride = s.groups * chunk_bytes(case.spec) + s.row_pad
+            row = s.groups * chunk_bytes(case.spec)
+            stride = row + s.row_pad
             phases = {4: 1, 8: 2, 16: 4}[width]
+            w = case.spec.weights[0]
+            if w.affine and w.bits not in (4, 8) and not s.swizzle_mask:
+                # 2, 3, 5, 6 bits: the fewest any 16-byte-aligned padding gives (the lanes' words of 96-byte
+                # rows - 3 bits at group 64, 6 at 32 - span 24 bytes: 2 wavefronts at best)
+                phases = min(
+                    max(wavefronts(o, width, row + pad, 0, 0) for o in lane_offsets(case.spec, s))
+                    for pad in range(0, 128, 16)
+                )
             for offsets in lane_offsets(case.spec, s):
                 got = wavefronts(offsets, width, stride, s.swizzle_mask, s.swizzle_mult)
                 if got != phases:
@@ -165,6 +183,12 @@ def test_ring_rows_are_read_without_bank_conflicts():
     assert not bad, "\n".join(bad[:20])
 
 
+def lowbit(line: str) -> bool:
+    """Whether a line of `conflicted` is of affine 2, 3, 5 or 6-bit weights (their 4-byte loads of
+    rows of 16 * odd bytes are conflict-free unpadded, so BANKPAD=0's 16 bytes conflict too)."""
+    return re.search(r"_q[2356]g\d", line) is not None
+
+
 def test_bankpad_settings(env):
     """MLX_METILE_CUDA_MMA_BANKPAD=1: padding by 4 lanes' load width everywhere, no swizzle, still
     conflict-free; =0: 16 bytes after every row (unswizzled), whatever the load width."""
@@ -179,7 +203,7 @@ def test_bankpad_settings(env):
             assert not conflicted(table)
         else:  # (what the padding is for: 8- and 16-byte loads of rows 16 bytes apart conflict)
             assert {s.row_pad for s in staged} == {16}
-            widths = {line.split(": ")[1].split(" ")[0] for line in conflicted(table)}
+            widths = {line.split(": ")[1].split(" ")[0] for line in conflicted(table) if not lowbit(line)}
             assert widths == {"8-byte", "16-byte"}, widths
 
 
