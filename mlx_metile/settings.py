@@ -257,6 +257,12 @@ def _declare() -> dict[str, Setting]:
         Setting("CUDA_MMA_FUSED", _boolean, True, "concatenated weights (q/k/v) take the tensor-core schedule"),
         Setting("CUDA_MMA_STAGED", _boolean, True, "the staged ring (0: the direct loads)"),
         Setting(
+            "CUDA_MMA_STAGED_LOWBIT",
+            _boolean,
+            False,
+            "the staged ring for affine 2, 3, 5 and 6-bit weights too (emulated and compiled only, not yet run on a GPU)",
+        ),
+        Setting(
             "CUDA_DECISIONS",
             _decisions,
             None,
@@ -324,6 +330,7 @@ class Settings:
     cuda_mma_dense: str = "staged"
     cuda_mma_fused: bool = True
     cuda_mma_staged: bool = True
+    cuda_mma_staged_lowbit: bool = False  # MLX_METILE_CUDA_MMA_STAGED_LOWBIT
     cuda_decisions: str | None = None  # MLX_METILE_CUDA_DECISIONS: None the package's file, "" off
     tune_store: Path | None = None
     metal_schedule: str = "simdgroup"  # MLX_METILE_METAL_SCHEDULE (METAL_SCHEDULES)

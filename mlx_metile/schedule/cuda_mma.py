@@ -173,10 +173,12 @@ class MmaRules:
     def stageable(self) -> bool:
         """K a whole number of stages, a column's stage at most 512 bytes with its scales in one
         copy of at most 16 bytes; affine 2, 3, 5 and 6 bits where a lane's quarter of a group is
-        whole 8-k blocks and a column's stage whole runs of 2 or more copies (copy_run); not
-        `wide`, not with the staged ring turned off."""
+        whole 8-k blocks and a column's stage whole runs of 2 or more copies (copy_run), and only
+        with MLX_METILE_CUDA_MMA_STAGED_LOWBIT; not `wide`, not with the staged ring turned off."""
         if not self.cfg.cuda_mma_staged or self.wide:
             return False
+        if self.lowbit and not self.cfg.cuda_mma_staged_lowbit:
+            return False  # (not yet run on a GPU: opt-in, MLX_METILE_CUDA_MMA_STAGED_LOWBIT)
         if self.lowbit and not (lane_blocks(self.w) and self.row_bytes % self.copy_bytes == 0 and self.run > 1):
             return False
         if not self.w.quantized and self.dense_mode != "staged":

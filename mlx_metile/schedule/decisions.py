@@ -35,7 +35,7 @@ def steered(cfg: Settings) -> bool:
     measured without it."""
     return bool(cfg.mma or cfg.cuda_tune) or any(
         getattr(cfg, f) != getattr(_DEFAULTS, f)
-        for f in ("cuda_mma", "cuda_mma_dense", "cuda_mma_fused", "cuda_mma_staged")
+        for f in ("cuda_mma", "cuda_mma_dense", "cuda_mma_fused", "cuda_mma_staged", "cuda_mma_staged_lowbit")
     )
 
 

@@ -148,19 +148,26 @@ VARIANTS = [
     # ... and through the staged ring: each column's bit stream copied in 16-byte pieces (3, 5 and
     # 6 bits: in 3 or 5 runs), the lanes' words read from the ring as from global memory
     _v("staged-bf16-q2g64", spec("bf16", [WeightFormat("bf16", 2, 64)]), 1,
-       lambda a: staged(a) and "metile_cp_small<8>(" in a.source),
-    _v("staged-bf16-q3g64-swiglu", spec("bf16", [WeightFormat("bf16", 3, 64)] * 2, "swiglu"), 16, staged),
+       lambda a: staged(a) and "metile_cp_small<8>(" in a.source, MMA_STAGED_LOWBIT="1"),
+    _v("staged-bf16-q3g64-swiglu", spec("bf16", [WeightFormat("bf16", 3, 64)] * 2, "swiglu"), 16, staged,
+       MMA_STAGED_LOWBIT="1"),
     _v("staged-f16-q5g64-bias-tiles", spec("f16", [WeightFormat("f16", 5, 64, True, "f16")]), 32,
-       lambda a: staged(a) and a.schedule.BN > TILE, TILES),
-    _v("staged-bf16-q6g128-k512", spec("bf16", [WeightFormat("bf16", 6, 128)], k=512), 4, staged, MMA_SMEM="96"),
-    _v("staged-bf16-q5g128-qkv-deep", spec("bf16", [WeightFormat("bf16", 5, 128)] * 3, k=512), 8, staged, DEEP),
-    _v("staged-f16-q3g128-one-wave", spec("f16", [WeightFormat("f16", 3, 128)], k=512), 1, staged, ONE_WAVE),
+       lambda a: staged(a) and a.schedule.BN > TILE, TILES, MMA_STAGED_LOWBIT="1"),
+    _v("staged-bf16-q6g128-k512", spec("bf16", [WeightFormat("bf16", 6, 128)], k=512), 4, staged, MMA_SMEM="96",
+       MMA_STAGED_LOWBIT="1"),
+    _v("staged-bf16-q5g128-qkv-deep", spec("bf16", [WeightFormat("bf16", 5, 128)] * 3, k=512), 8, staged, DEEP,
+       MMA_STAGED_LOWBIT="1"),
+    _v("staged-f16-q3g128-one-wave", spec("f16", [WeightFormat("f16", 3, 128)], k=512), 1, staged, ONE_WAVE,
+       MMA_STAGED_LOWBIT="1"),
     _v("staged-bf16-q2g32-strided", spec("bf16", [WeightFormat("bf16", 2, 32)] * 2, "swiglu"), 16,
-       lambda a: staged(a) and a.schedule.strided, MMA_STRIDED="1"),
-    _v("staged-bf16-q6g32-residual", spec("bf16", [WeightFormat("bf16", 6, 32)], None, True), 8, staged),
+       lambda a: staged(a) and a.schedule.strided, MMA_STRIDED="1", MMA_STAGED_LOWBIT="1"),
+    _v("staged-bf16-q6g32-residual", spec("bf16", [WeightFormat("bf16", 6, 32)], None, True), 8, staged,
+       MMA_STAGED_LOWBIT="1"),
     _v("staged-bf16-q3g32-8-byte-copies", spec("bf16", [WeightFormat("bf16", 3, 32)]), 4,
-       lambda a: staged(a) and "metile_cp16(dst" not in a.source and "metile_cp_small<8>(dst" in a.source),
-    _v("staged-f16-q5g32-swiglu", spec("f16", [WeightFormat("f16", 5, 32)] * 2, "swiglu"), 16, staged),
+       lambda a: staged(a) and "metile_cp16(dst" not in a.source and "metile_cp_small<8>(dst" in a.source,
+       MMA_STAGED_LOWBIT="1"),
+    _v("staged-f16-q5g32-swiglu", spec("f16", [WeightFormat("f16", 5, 32)] * 2, "swiglu"), 16, staged,
+       MMA_STAGED_LOWBIT="1"),
     # MLX's microscaling modes (uint8 scales, e2m1 / e4m3 codes): SIMT for f32 x and past 32 rows
     _v("simt-f32-mxfp4", spec("f32", [WeightFormat("u8", 4, 32, mode="mxfp4")]), 1, simd),
     _v("tiled-bf16-nvfp4-residual", spec("bf16", [WeightFormat("u8", 4, 16, mode="nvfp4")], None, True), 33, tiled),
@@ -338,6 +345,7 @@ def test_staged_sources_follow_the_schedule(sm90, s):
     """The staged ring (cp.async copies) exactly where the Schedule says; whole stages of its
     `groups` per K range; the launch bound its `blocks`, capped where the rings let fewer blocks
     share an SM; one K split for every row bucket."""
+    sm90.set("MLX_METILE_CUDA_MMA_STAGED_LOWBIT", "1")  # (affine 2, 3, 5, 6 bits: the ring is opt-in)
     splits = set()
     for bucket in (1, 16, 32):
         art = cuda(s, bucket)

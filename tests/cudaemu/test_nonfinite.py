@@ -99,9 +99,9 @@ AFFINE = [  # (spec, K, N, settings, kernel): each affine tensor-core kernel and
      {"XSHARE": "2"}, "shared x"),
     (ProjectionSpec("bf16", (WeightFormat("bf16", 3, 32),), k_multiple=256), 512, 40, {"STAGED": "0"},
      "direct 3-bit stream"),
-    (ProjectionSpec("bf16", (WeightFormat("bf16", 3, 32),), k_multiple=256), 512, 40, {}, "staged 3-bit g32 stream"),
-    (ProjectionSpec("bf16", (WeightFormat("bf16", 3, 64),), k_multiple=256), 512, 40, {}, "staged 3-bit stream"),
-    (ProjectionSpec("f16", (WeightFormat("f16", 5, 64),), k_multiple=256), 512, 40, {}, "staged 5-bit stream"),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 3, 32),), k_multiple=256), 512, 40, {"STAGED_LOWBIT": "1"}, "staged 3-bit g32 stream"),
+    (ProjectionSpec("bf16", (WeightFormat("bf16", 3, 64),), k_multiple=256), 512, 40, {"STAGED_LOWBIT": "1"}, "staged 3-bit stream"),
+    (ProjectionSpec("f16", (WeightFormat("f16", 5, 64),), k_multiple=256), 512, 40, {"STAGED_LOWBIT": "1"}, "staged 5-bit stream"),
 ]  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from mlx_metile.settings import DECLARED, MMA_KNOBS, Settings, parse
 P = settings.PREFIX
 
 BOOLEANS = ["EMULATE", "CUDA_GRADIENTS", "CUDA_NATIVE_LAUNCH", "CUDA_PRIMITIVE", "CUDA_MMA", "CUDA_MMA_FUSED"]
-BOOLEANS += ["CUDA_MMA_STAGED", "PATCHED_ARCHIVES", "VERIFY_RECORD"]
+BOOLEANS += ["CUDA_MMA_STAGED", "CUDA_MMA_STAGED_LOWBIT", "PATCHED_ARCHIVES", "VERIFY_RECORD"]
 TRUE_WORDS = ["1", "true", "yes", "on", "TRUE", "On", " yes "]
 FALSE_WORDS = ["0", "false", "no", "off", "False", "OFF"]
 COUNTS = ["CUDA_MAX_ROWS", "CUDA_POOL_MB"]  # whole numbers >= 0
