@@ -209,6 +209,8 @@ def cuda_schedules(site: Site, bucket: int, cfg: Settings | None = None) -> list
                 if v in MMA_KNOBS[knob]:
                     variants.append((f"cuda:{knob}={v}", replace(cfg, mma=_with(cfg.mma, knob, v))))
         variants.append(("cuda:staged=0", replace(cfg, cuda_mma_staged=False)))
+        # the opt-in ring of affine 2, 3, 5 and 6 bits: the same bits as the direct loads, timed here
+        variants.append(("cuda:staged_lowbit=1", replace(cfg, cuda_mma_staged_lowbit=True)))
     else:
         for knob, values in CUDA_SIMT_VARIANTS.items():
             for v in values:

@@ -79,6 +79,22 @@ def test_cuda_schedule_variants_lower_and_keep_the_sum_order(shape, bucket):
     assert all(c.route.schedule == s for c, (_, s) in zip(routes[1:], found[1:]))
 
 
+@pytest.mark.parametrize("bits", [3, 4])
+def test_the_opt_in_ring_of_2_3_5_6_bits_is_a_cuda_variant(bits):
+    """A 3-bit site gets the staged ring of MLX_METILE_CUDA_MMA_STAGED_LOWBIT as a variant of the
+    rules' direct loads, in the rules' sum order; for 4 bits (staged by the rules) it adds nothing."""
+    site = cuda_site([quantized(4096, 4096, 1, bits=bits)], k=4096)
+    found = dict(C.cuda_schedules(site, 1))
+    if bits == 4:
+        assert "cuda:staged_lowbit=1" not in found and found["cuda"].staged
+        return
+    base, ring = found["cuda"], found["cuda:staged_lowbit=1"]
+    assert not base.staged and ring.staged
+    for f in SUM_ORDER:
+        assert getattr(ring, f) == getattr(base, f), f
+    assert "__global__" in compile_projection(site.spec, ring, "cuda").source
+
+
 def test_cuda_candidates_stop_where_stock_takes_the_rows():
     site = cuda_site([quantized(256, 256, 5)], k=256)
     assert [c.name for c in C.candidates(site, 64)] == ["native"]
