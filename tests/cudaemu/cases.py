@@ -186,3 +186,32 @@ def cancelling(case: Case, span: int, scale: float = 4096.0) -> Case:
     case.replace(x=bits(xb))
     case.x = np.array(xb.astype(mx.float32), np.float64)
     return case
+
+
+def direct(env, case: Case, bucket: int, rows: int, layout: int = ONE_TILE) -> list[np.ndarray]:
+    """The direct-load kernel's outputs for `case` (the staged ring turned off), then the ring back on."""
+    env.set("MLX_METILE_CUDA_MMA_STAGED", "0")
+    art = kernel(case.spec, bucket, layout)
+    assert art.schedule.kind == "mma" and not art.schedule.staged, art.schedule.describe()
+    got = case.run_kernel(art, rows)
+    env.unset("MLX_METILE_CUDA_MMA_STAGED")
+    return got
+
+
+def ring_sums_in_direct_order(env, spec: ProjectionSpec, K: int) -> None:
+    """Every 128th k of x +-2**24 (signs alternating) over a weight of one 128-k block repeated: the K
+    ranges' partial sums, near +-2**24 * w, cancel, so their f32 rounding shows in the bf16 outputs.
+    The staged ring (stages of 4 groups) gives the direct loads' bits, while stages of 8 groups
+    (GROUPS=8: other K ranges) give other bits - so the comparison sees the order of the sums."""
+    case = cancelling(Case(spec, K, 32, rows=8), span=128, scale=0.0)
+    x = case.x.copy()
+    x[:, ::128] = 2.0**24 * (-1.0) ** np.arange(K // 128)
+    case.replace(x=bits(mx.array(x.astype(np.float32)).astype(mx.bfloat16)))
+    want = direct(env, case, 8, 8)
+    art = kernel(spec, 8, ONE_TILE)
+    assert art.schedule.staged and art.schedule.groups == 4, art.schedule.describe()
+    assert same(case.run_kernel(art, 8), want)
+    set_knobs(env, {"GROUPS": "8"})
+    other = kernel(spec, 8, ONE_TILE)
+    assert other.schedule.staged and other.schedule.groups == 8, other.schedule.describe()
+    assert not same(case.run_kernel(other, 8), want), "other K ranges gave the same bits: the check is blind"

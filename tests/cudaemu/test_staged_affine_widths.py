@@ -17,8 +17,7 @@ import pytest
 from mlx_metile.schedule.cuda_layouts import ONE_TILE, TILES
 from mlx_metile.spec import ProjectionSpec, WeightFormat
 
-from ..helpers import bits
-from .cases import ULP, Case, cancelling, kernel, rules, same, set_knobs
+from .cases import ULP, Case, direct, kernel, ring_sums_in_direct_order, rules, same, set_knobs
 
 
 @pytest.fixture(autouse=True)
@@ -48,16 +47,6 @@ STAGED = [  # (spec, K, N)
     (ProjectionSpec("bf16", (affine(3, 32),), k_multiple=128), 640, 37),  # 8-byte copies; lanes past their bits
     (ProjectionSpec("f16", (affine(5, 32, "f16", bias=True),) * 2, "swiglu", k_multiple=128), 384, 24),
 ]
-
-
-def direct(env, case: Case, bucket: int, rows: int, layout: int = ONE_TILE):
-    """The direct-load kernel's outputs (the staged ring turned off), then the ring back on."""
-    env.set("MLX_METILE_CUDA_MMA_STAGED", "0")
-    art = kernel(case.spec, bucket, layout)
-    assert art.schedule.kind == "mma" and not art.schedule.staged, art.schedule.describe()
-    got = case.run_kernel(art, rows)
-    env.unset("MLX_METILE_CUDA_MMA_STAGED")
-    return got
 
 
 def reference_is_mlx(case: Case) -> None:
@@ -104,24 +93,9 @@ def test_staged_affine_widths_match_float64_the_direct_loads_and_are_row_invaria
 
 @pytest.mark.parametrize("bits_,group", [(2, 64), (3, 64), (5, 64), (6, 32), (3, 32)])
 def test_staged_affine_width_sums_run_in_the_direct_loads_order(env, bits_, group):
-    """Every 128th k of x +-2**24 (signs alternating) over a weight of one 128-k block repeated:
-    the K ranges' partial sums, near +-2**24 * w, cancel, so their f32 rounding shows in the bf16
-    outputs. The staged ring gives the direct loads' bits, while stages of 8 groups (GROUPS=8:
-    other K ranges - at group 64, 40 chunks in ranges of 16, not 12) give other bits - the
-    comparison sees the order of the sums."""
-    spec = ProjectionSpec("bf16", (affine(bits_, group),), k_multiple=512)
-    case = cancelling(Case(spec, 2560, 32, rows=8), span=128, scale=0.0)
-    x = case.x.copy()
-    x[:, ::128] = 2.0**24 * (-1.0) ** np.arange(20)
-    case.replace(x=bits(mx.array(x.astype(np.float32)).astype(mx.bfloat16)))
-    want = direct(env, case, 8, 8)
-    art = kernel(spec, 8, ONE_TILE)
-    assert art.schedule.staged and art.schedule.groups == 4, art.schedule.describe()
-    assert same(case.run_kernel(art, 8), want)
-    set_knobs(env, {"GROUPS": "8"})
-    other = kernel(spec, 8, ONE_TILE)
-    assert other.schedule.staged and other.schedule.groups == 8, other.schedule.describe()
-    assert not same(case.run_kernel(other, 8), want), "other K ranges gave the same bits: the check is blind"
+    """The ring's K ranges are the direct loads' (cases.ring_sums_in_direct_order; at group 64 GROUPS=8
+    makes 40 chunks ranges of 16, not 12)."""
+    ring_sums_in_direct_order(env, ProjectionSpec("bf16", (affine(bits_, group),), k_multiple=512), 2560)
 
 
 @pytest.mark.parametrize("bits_", [3, 6])

@@ -6,15 +6,12 @@ runs in the same order."""
 
 from __future__ import annotations
 
-import mlx.core as mx
-import numpy as np
 import pytest
 
 from mlx_metile.schedule.cuda_layouts import ONE_TILE, TILES
 from mlx_metile.spec import ProjectionSpec, WeightFormat
 
-from ..helpers import bits
-from .cases import Case, cancelling, kernel, rules, same, set_knobs
+from .cases import Case, direct, kernel, ring_sums_in_direct_order, rules, same, set_knobs
 
 
 def mx_format(mode: str, bias: str = "") -> WeightFormat:
@@ -33,16 +30,6 @@ STAGED = [  # (spec, K, N)
     (ProjectionSpec("f16", (mx_format("nvfp4", "f16"),), k_multiple=128), 640, 24),
     (ProjectionSpec("bf16", (mx_format("nvfp4"),) * 2, "swiglu", k_multiple=256), 512, 24),
 ]
-
-
-def direct(env, case: Case, bucket: int, rows: int, layout: int = ONE_TILE):
-    """The direct-load kernel's outputs (the staged ring turned off), then the ring back on."""
-    env.set("MLX_METILE_CUDA_MMA_STAGED", "0")
-    art = kernel(case.spec, bucket, layout)
-    assert art.schedule.kind == "mma" and not art.schedule.staged, art.schedule.describe()
-    got = case.run_kernel(art, rows)
-    env.unset("MLX_METILE_CUDA_MMA_STAGED")
-    return got
 
 
 @pytest.mark.parametrize("spec,K,N", STAGED, ids=[c[0].name() for c in STAGED])
@@ -72,24 +59,9 @@ def test_staged_microscaled_kernels_match_float64_the_direct_loads_and_are_row_i
 
 @pytest.mark.parametrize("mode", ["mxfp4", "mxfp8", "nvfp4"])
 def test_staged_microscaled_sums_run_in_the_direct_loads_order(env, mode):
-    """Every 128th k of x +-2**24 (signs alternating) over a weight of one 128-k block repeated:
-    the K ranges' partial sums, near +-2**24 * w, cancel, so their f32 rounding shows in the bf16
-    outputs. Over 40 chunks the staged ring gives the direct loads' bits, while stages of 8
-    groups (GROUPS=8: K ranges of 16 chunks, not 12) give other bits - the comparison sees the
-    order of the sums."""
-    spec = ProjectionSpec("bf16", (mx_format(mode),), k_multiple=256)
-    case = cancelling(Case(spec, 1280, 32, rows=8), span=128, scale=0.0)
-    x = case.x.copy()
-    x[:, ::128] = 2.0**24 * (-1.0) ** np.arange(10)
-    case.replace(x=bits(mx.array(x.astype(np.float32)).astype(mx.bfloat16)))
-    want = direct(env, case, 8, 8)
-    art = kernel(spec, 8, ONE_TILE)
-    assert art.schedule.staged and art.schedule.groups == 4, art.schedule.describe()
-    assert same(case.run_kernel(art, 8), want)
-    set_knobs(env, {"GROUPS": "8"})
-    other = kernel(spec, 8, ONE_TILE)
-    assert other.schedule.staged and other.schedule.groups == 8, other.schedule.describe()
-    assert not same(case.run_kernel(other, 8), want), "other K ranges gave the same bits: the check is blind"
+    """The ring's K ranges are the direct loads' (cases.ring_sums_in_direct_order: over 40 chunks
+    GROUPS=8 makes ranges of 16 chunks, not 12)."""
+    ring_sums_in_direct_order(env, ProjectionSpec("bf16", (mx_format(mode),), k_multiple=256), 1280)
 
 
 @pytest.mark.parametrize("mode", ["mxfp4", "mxfp8", "nvfp4"])

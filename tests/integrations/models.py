@@ -50,3 +50,18 @@ def make(arch: str, fmt: str, seed: int = 1) -> nn.Module:
         nn.quantize(model, group_size=int(group), bits=int(bits))
     mx.eval(model.parameters())
     return model
+
+
+def plant_wrong_output_projection(monkeypatch, model) -> None:
+    """Make mlx_metile's launch of `model`'s output projection 25% off in calls of one row only (the
+    decode steps), every other call right: what verification must catch."""
+    from mlx_metile.backends import primitive
+
+    target, original = model.lm_head.weight, primitive.launch
+
+    def wrong(artifact, arrays, call, rows, *rest):
+        outs = original(artifact, arrays, call, rows, *rest)
+        ours = any(getattr(w, "w", None) is target for w in call.weights)
+        return [o * 1.25 for o in outs] if rows == 1 and ours else outs
+
+    monkeypatch.setattr(primitive, "launch", wrong)

@@ -15,7 +15,7 @@ from mlx_metile.integrations import mlx_lm as integration
 from mlx_metile.integrations import modules
 from mlx_metile.integrations.modules import FusedSwiGLU
 
-from .models import ARCHS, FORMATS, make
+from .models import ARCHS, FORMATS, make, plant_wrong_output_projection
 
 PROMPT = mx.array([3, 17, 42, 7, 99, 5, 64, 12], dtype=mx.uint32)
 
@@ -172,17 +172,8 @@ def test_a_kernel_wrong_only_in_one_row_calls_is_declined(monkeypatch):
     only (the decode steps). On a bf16 int4 model the unpatched model first runs only its batch
     piece, where no call has one row: the patched model's logits are still compared on every row,
     so the output projection is declined and everything else kept."""
-    from mlx_metile.backends import primitive
-
     model = make("llama", "q4g64-bf16")
-    target, original = model.lm_head.weight, primitive.launch
-
-    def wrong(artifact, arrays, call, rows, *rest):
-        outs = original(artifact, arrays, call, rows, *rest)
-        ours = any(getattr(w, "w", None) is target for w in call.weights)
-        return [o * 1.25 for o in outs] if rows == 1 and ours else outs
-
-    monkeypatch.setattr(primitive, "launch", wrong)
+    plant_wrong_output_projection(monkeypatch, model)
     report = mt.patch(model)
     declined = {(p, k): why for p, k, why in report.declined}
     assert set(declined) == {("lm_head", "projection")}, str(report)

@@ -13,12 +13,11 @@ import pytest
 
 import mlx_metile as mt
 from mlx_metile import cache
-from mlx_metile.backends import primitive
 from mlx_metile.integrations import mlx_lm as integration
 from mlx_metile.integrations import record
 from mlx_metile.tune import identity
 
-from .models import make
+from .models import make, plant_wrong_output_projection
 
 VERIFYING = {"float32 reference", "unpatched model", "patched model"}
 
@@ -104,14 +103,7 @@ def test_a_verification_that_declines_a_part_is_not_recorded(store, monkeypatch)
     row. Its verification declines lm_head; nothing is recorded, so the next patch verifies again
     (and declines it again)."""
     model = make("llama", "q4g64-bf16")
-    target, original = model.lm_head.weight, primitive.launch
-
-    def wrong(artifact, arrays, call, rows, *rest):
-        outs = original(artifact, arrays, call, rows, *rest)
-        ours = any(getattr(w, "w", None) is target for w in call.weights)
-        return [o * 1.25 for o in outs] if rows == 1 and ours else outs
-
-    monkeypatch.setattr(primitive, "launch", wrong)
+    plant_wrong_output_projection(monkeypatch, model)
     for _ in range(2):
         report = mt.patch(model)
         assert verified(report) and report.record == "", str(report)
