@@ -13,7 +13,7 @@ from mlx_metile.backends.cuda_device import build_target
 from mlx_metile.formats import dequantize_exact, microscaling
 from mlx_metile.pipeline import compile_projection
 from mlx_metile.schedule import takes_mma
-from mlx_metile.schedule.cuda_layouts import ONE_TILE
+from mlx_metile.schedule.cuda_layouts import ONE_TILE, TILES
 from mlx_metile.schedule.cuda_mma import MmaRules
 from mlx_metile.spec import ProjectionSpec, WeightFormat
 
@@ -215,3 +215,27 @@ def ring_sums_in_direct_order(env, spec: ProjectionSpec, K: int) -> None:
     other = kernel(spec, 8, ONE_TILE)
     assert other.schedule.staged and other.schedule.groups == 8, other.schedule.describe()
     assert not same(case.run_kernel(other, 8), want), "other K ranges gave the same bits: the check is blind"
+
+
+def ring_rows_match_direct(env, case: Case, scale_copy: int) -> None:
+    """At 1, 4, 16 and 32 rows (each row bucket's kernel; 32 rows also in the several-tile layout)
+    the staged ring's kernel - stages of 4 groups, a column's scales of a stage one copy of
+    `scale_copy` bytes - within tolerance, the bits of the direct-load kernel, and the first, middle
+    and last rows the bits of that row computed alone (the 1-row kernel)."""
+    spec = case.spec
+    for bucket, rows, layout in (
+        (1, 1, ONE_TILE),
+        (4, 4, ONE_TILE),
+        (16, 16, ONE_TILE),
+        (32, 32, ONE_TILE),
+        (32, 32, TILES),
+    ):
+        art = kernel(spec, bucket, layout)
+        assert art.schedule.kind == "mma" and art.schedule.staged, art.schedule.describe()
+        assert art.schedule.groups == 4, art.schedule.describe()
+        assert f"metile_cp_small<{scale_copy}>(" in art.source
+        got = case.run_kernel(art, rows)
+        what = f"{spec.name()} rows={rows} layout={layout}"
+        case.check(got, rows, what)
+        assert same(got, direct(env, case, bucket, rows, layout)), f"{what}: the direct loads give other bits"
+        case.invariant(got, what, bucket=1)

@@ -17,7 +17,7 @@ import pytest
 from mlx_metile.schedule.cuda_layouts import ONE_TILE, TILES
 from mlx_metile.spec import ProjectionSpec, WeightFormat
 
-from .cases import ULP, Case, direct, kernel, ring_sums_in_direct_order, rules, same, set_knobs
+from .cases import ULP, Case, direct, kernel, ring_rows_match_direct, ring_sums_in_direct_order, rules, same, set_knobs
 
 
 @pytest.fixture(autouse=True)
@@ -73,22 +73,7 @@ def test_staged_affine_widths_match_float64_the_direct_loads_and_are_row_invaria
     assert rules(spec).stageable
     case = Case(spec, K, N, rows=32)
     reference_is_mlx(case)
-    for bucket, rows, layout in (
-        (1, 1, ONE_TILE),
-        (4, 4, ONE_TILE),
-        (16, 16, ONE_TILE),
-        (32, 32, ONE_TILE),
-        (32, 32, TILES),
-    ):
-        art = kernel(spec, bucket, layout)
-        assert art.schedule.kind == "mma" and art.schedule.staged, art.schedule.describe()
-        assert art.schedule.groups == 4, art.schedule.describe()
-        assert "metile_cp_small<8>(" in art.source  # a column's 4 scales of a stage: one copy
-        got = case.run_kernel(art, rows)
-        what = f"{spec.name()} rows={rows} layout={layout}"
-        case.check(got, rows, what)
-        assert same(got, direct(env, case, bucket, rows, layout)), f"{what}: the direct loads give other bits"
-        case.invariant(got, what, bucket=1)
+    ring_rows_match_direct(env, case, 8)  # a column's 4 scales of a stage: one copy
 
 
 @pytest.mark.parametrize("bits_,group", [(2, 64), (3, 64), (5, 64), (6, 32), (3, 32)])

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_metile.schedule.cuda_layouts import ONE_TILE, TILES
+from mlx_metile.schedule.cuda_layouts import TILES
 from mlx_metile.spec import ProjectionSpec, WeightFormat
 
-from .cases import Case, direct, kernel, ring_sums_in_direct_order, rules, same, set_knobs
+from .cases import Case, direct, kernel, ring_rows_match_direct, ring_sums_in_direct_order, rules, same, set_knobs
 
 
 def mx_format(mode: str, bias: str = "") -> WeightFormat:
@@ -39,22 +39,7 @@ def test_staged_microscaled_kernels_match_float64_the_direct_loads_and_are_row_i
     rows the bits of that row computed alone (the 1-row kernel)."""
     assert rules(spec).stageable
     case = Case(spec, K, N, rows=32)
-    for bucket, rows, layout in (
-        (1, 1, ONE_TILE),
-        (4, 4, ONE_TILE),
-        (16, 16, ONE_TILE),
-        (32, 32, ONE_TILE),
-        (32, 32, TILES),
-    ):
-        art = kernel(spec, bucket, layout)
-        assert art.schedule.kind == "mma" and art.schedule.staged, art.schedule.describe()
-        per_stage = 4 * (32 // spec.weights[0].group_size)  # a column's scale bytes of a stage: one copy
-        assert f"metile_cp_small<{per_stage}>(" in art.source
-        got = case.run_kernel(art, rows)
-        what = f"{spec.name()} rows={rows} layout={layout}"
-        case.check(got, rows, what)
-        assert same(got, direct(env, case, bucket, rows, layout)), f"{what}: the direct loads give other bits"
-        case.invariant(got, what, bucket=1)
+    ring_rows_match_direct(env, case, 4 * (32 // spec.weights[0].group_size))  # a stage's scale bytes
 
 
 @pytest.mark.parametrize("mode", ["mxfp4", "mxfp8", "nvfp4"])
