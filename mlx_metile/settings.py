@@ -259,8 +259,8 @@ def _declare() -> dict[str, Setting]:
         Setting(
             "CUDA_MMA_STAGED_LOWBIT",
             _boolean,
-            False,
-            "the staged ring for affine 2, 3, 5 and 6-bit weights too (emulated and compiled only, not yet run on a GPU)",
+            True,
+            "the staged ring for affine 2, 3, 5 and 6-bit weights too (0: their direct loads)",
         ),
         Setting(
             "CUDA_DECISIONS",
@@ -330,7 +330,7 @@ class Settings:
     cuda_mma_dense: str = "staged"
     cuda_mma_fused: bool = True
     cuda_mma_staged: bool = True
-    cuda_mma_staged_lowbit: bool = False  # MLX_METILE_CUDA_MMA_STAGED_LOWBIT
+    cuda_mma_staged_lowbit: bool = True  # MLX_METILE_CUDA_MMA_STAGED_LOWBIT
     cuda_decisions: str | None = None  # MLX_METILE_CUDA_DECISIONS: None the package's file, "" off
     tune_store: Path | None = None
     metal_schedule: str = "simdgroup"  # MLX_METILE_METAL_SCHEDULE (METAL_SCHEDULES)

@@ -16,6 +16,7 @@ _GROUPS=8 give some specs other K ranges in some row buckets; tests/schedule/tes
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cached_property
 
 from ..settings import Settings
@@ -173,12 +174,12 @@ class MmaRules:
     def stageable(self) -> bool:
         """K a whole number of stages, a column's stage at most 512 bytes with its scales in one
         copy of at most 16 bytes; affine 2, 3, 5 and 6 bits where a lane's quarter of a group is
-        whole 8-k blocks and a column's stage whole runs of 2 or more copies (copy_run), and only
-        with MLX_METILE_CUDA_MMA_STAGED_LOWBIT; not `wide`, not with the staged ring turned off."""
+        whole 8-k blocks and a column's stage whole runs of 2 or more copies (copy_run), unless
+        MLX_METILE_CUDA_MMA_STAGED_LOWBIT=0; not `wide`, not with the staged ring turned off."""
         if not self.cfg.cuda_mma_staged or self.wide:
             return False
         if self.lowbit and not self.cfg.cuda_mma_staged_lowbit:
-            return False  # (not yet run on a GPU: opt-in, MLX_METILE_CUDA_MMA_STAGED_LOWBIT)
+            return False  # (MLX_METILE_CUDA_MMA_STAGED_LOWBIT=0: their direct loads)
         if self.lowbit and not (lane_blocks(self.w) and self.row_bytes % self.copy_bytes == 0 and self.run > 1):
             return False
         if not self.w.quantized and self.dense_mode != "staged":
@@ -395,9 +396,22 @@ class MmaRules:
         return wanted and one_each and same_swizzle
 
     # -- the schedule -----------------------------------------------------------------------
+    def direct_loads(self, rows_bucket: int, layout: int) -> bool:
+        """Whether this TILES product keeps the direct loads at `rows_bucket` where it could stage:
+        the tables' direct_loads, where the kernel-alone A/B measured them faster (docs/SCHEDULES.md).
+        A setting that steers the ring (STAGED, STAGES, SMEM, GROUPS) turns the table off."""
+        if layout != TILES or not self.stageable or any(self.knob(k) is not None for k in ("stages", "smem", "groups")):
+            return False
+        kind = "swiglu" if self.spec.epilogue == "swiglu" else "single" if len(self.spec.weights) == 1 else ""
+        return rows_bucket in self.tables.direct_loads.get((self.w.short(), kind), ())
+
     def schedule(self, rows_bucket: int, layout: int) -> Schedule:
         if layout not in LAYOUTS:
             raise ValueError(f"layout: expected one of {LAYOUTS} (schedule.cuda_layouts), got {layout!r}")
+        if self.direct_loads(rows_bucket, layout):  # (exactly the schedule with the ring turned off)
+            return MmaRules(self.spec, replace(self.cfg, cuda_mma_staged=False), self.target, self.tables).schedule(
+                rows_bucket, layout
+            )
         spec = self.spec
         ranges = self.mma_warps(layout)
         warps = self.block_warps(layout, rows_bucket, ranges)

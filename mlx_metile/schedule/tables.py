@@ -20,6 +20,7 @@ class CudaTables:
     mma_by_rows: dict  # row bucket (8, 16, 32) -> batch, tiles, minblocks, strided
     rings: dict  # name -> (KB, stages)
     stage_tables: dict  # layout table name -> {(bits, group): (stages at 1-8, 16, 32 rows)}
+    direct_loads: dict  # (format short name, "single" | "swiglu") -> row buckets of TILES kept on the direct loads
 
     def mma_default(self, name: str, rows_bucket: int) -> int:
         """A setting of `mma_shared`, or of the smallest row bucket of `mma_by_rows` holding `rows_bucket`."""
@@ -49,4 +50,9 @@ def cuda_tables(name: str = "cuda") -> CudaTables:
         mma_by_rows={int(b): dict(v) for b, v in mma["by_rows"].items()},
         rings={k: tuple(v) for k, v in data["rings"].items()},
         stage_tables={k: _stage_table(v) for k, v in data["stage_tables"].items()},
+        direct_loads={
+            (fmt, kind): frozenset(buckets)
+            for fmt, kinds in data["direct_loads"].items()
+            for kind, buckets in kinds.items()
+        },
     )

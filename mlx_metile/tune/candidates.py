@@ -208,9 +208,7 @@ def cuda_schedules(site: Site, bucket: int, cfg: Settings | None = None) -> list
             for v in values:
                 if v in MMA_KNOBS[knob]:
                     variants.append((f"cuda:{knob}={v}", replace(cfg, mma=_with(cfg.mma, knob, v))))
-        variants.append(("cuda:staged=0", replace(cfg, cuda_mma_staged=False)))
-        # the opt-in ring of affine 2, 3, 5 and 6 bits: the same bits as the direct loads, timed here
-        variants.append(("cuda:staged_lowbit=1", replace(cfg, cuda_mma_staged_lowbit=True)))
+        variants.append(("cuda:staged=0", replace(cfg, cuda_mma_staged=False)))  # (every format's direct loads)
     else:
         for knob, values in CUDA_SIMT_VARIANTS.items():
             for v in values:

@@ -345,7 +345,7 @@ def test_staged_sources_follow_the_schedule(sm90, s):
     """The staged ring (cp.async copies) exactly where the Schedule says; whole stages of its
     `groups` per K range; the launch bound its `blocks`, capped where the rings let fewer blocks
     share an SM; one K split for every row bucket."""
-    sm90.set("MLX_METILE_CUDA_MMA_STAGED_LOWBIT", "1")  # (affine 2, 3, 5, 6 bits: the ring is opt-in)
+    sm90.set("MLX_METILE_CUDA_MMA_STAGED_LOWBIT", "1")  # (affine 2, 3, 5, 6 bits: their ring, the default, explicitly)
     splits = set()
     for bucket in (1, 16, 32):
         art = cuda(s, bucket)

@@ -5,8 +5,8 @@ rows invariant bit for bit, and every output the bits of the direct-load kernel
 loads read it (a group of g values of b bits: g * b / 8 bytes; 3, 5 and 6 bits in runs of
 schedule.geometry.copy_run copies, 3 and 5 bits at group 32 in copies of 8 bytes), the lanes extract their values (straddling words included)
 with the direct loads' code, and stages of schedule.cuda_mma.MICRO_GROUPS chunks keep the direct
-loads' K ranges, so every sum runs in the same order. The ring takes these widths only with
-MLX_METILE_CUDA_MMA_STAGED_LOWBIT=1 (set for every test here)."""
+loads' K ranges, so every sum runs in the same order. The ring takes these widths unless
+MLX_METILE_CUDA_MMA_STAGED_LOWBIT=0 (set to 1 for every test here)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from .cases import ULP, Case, direct, kernel, ring_rows_match_direct, ring_sums_
 
 @pytest.fixture(autouse=True)
 def lowbit_ring(env):
-    """The ring for these widths is opt-in (MLX_METILE_CUDA_MMA_STAGED_LOWBIT) until run on a GPU."""
+    """The ring for these widths (the default; MLX_METILE_CUDA_MMA_STAGED_LOWBIT=0 turns it off), set
+    explicitly so that the tests hold whatever the default."""
     env.set("MLX_METILE_CUDA_MMA_STAGED_LOWBIT", "1")
 
 

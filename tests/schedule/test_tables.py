@@ -68,6 +68,19 @@ class Read(dict):
         return list(super().keys())
 
 
+class ReadPairs(dict):
+    """direct_loads, keyed (format, kind): a lookup records ("direct_loads", format, kind)."""
+
+    def __init__(self, data, seen):
+        super().__init__(data)
+        self.seen = seen
+
+    def get(self, key, default=None):
+        if key in self:
+            self.seen.add(("direct_loads", *key))
+        return super().get(key, default)
+
+
 class ReadRow(tuple):
     def __new__(cls, values, path, seen):
         row = super().__new__(cls, values)
@@ -98,6 +111,7 @@ def tracked(seen: set) -> CudaTables:
         "mma_by_rows": by_rows,
         "rings": Read(t.rings, ("rings",), seen),
         "stage_tables": Read(stage_tables, ("-",), set()),
+        "direct_loads": ReadPairs(t.direct_loads, seen),
     }
     return Tracked(**values)
 

@@ -47,11 +47,19 @@ MAIN = r"""
 #include <cstdio>
 #include <vector>
 
-__global__ void fill_bits(unsigned* p, size_t n, unsigned seed) {
+__global__ void fill_bits(unsigned* p, size_t n, unsigned seed, unsigned mask) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     unsigned v = (unsigned)i * 2654435761u ^ seed;
     v ^= v >> 15; v *= 2246822519u; v ^= v >> 13; v *= 3266489917u; v ^= v >> 16;
-    p[i] = v;
+    p[i] = v & mask;
+  }
+}
+// bytes lo..hi from the hash
+__global__ void fill_u8(unsigned char* p, size_t n, unsigned seed, unsigned lo, unsigned hi) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    unsigned v = (unsigned)i * 2654435761u ^ seed;
+    v ^= v >> 15; v *= 2246822519u; v ^= v >> 13;
+    p[i] = (unsigned char)(lo + v % (hi - lo + 1));
   }
 }
 // bf16 values lo + (hi - lo) * u, u from the hash
@@ -63,9 +71,14 @@ __global__ void fill_bf16(__nv_bfloat16* p, size_t n, unsigned seed, float lo, f
   }
 }
 
-static void* alloc_bits(size_t bytes, unsigned seed) {
+static void* alloc_bits(size_t bytes, unsigned seed, unsigned mask) {
   void* p; cudaMalloc(&p, bytes);
-  fill_bits<<<1024, 256>>>((unsigned*)p, bytes / 4, seed);
+  fill_bits<<<1024, 256>>>((unsigned*)p, bytes / 4, seed, mask);
+  return p;
+}
+static void* alloc_u8(size_t n, unsigned seed, unsigned lo, unsigned hi) {
+  void* p; cudaMalloc(&p, n);
+  fill_u8<<<1024, 256>>>((unsigned char*)p, n, seed, lo, hi);
   return p;
 }
 static void* alloc_bf16(size_t n, unsigned seed, float lo, float hi) {
@@ -142,14 +155,33 @@ def cublas_variant(name: str) -> str:
     return text.replace("@NAME@", name).replace("@FIRST@", "false").replace("@NOUT@", "N[0]")
 
 
-def parse_format(text: str) -> tuple[int, int]:
-    """(bits, group size) of q4g64-style formats; (0, 0) for dense bf16 weights."""
+# microscaled modes: (bits, group); their uint8 scales and codes are filled finite (see MX_FILL)
+MICROSCALED = {"mxfp4": (4, 32), "mxfp8": (8, 32), "nvfp4": (4, 16)}
+# per mode: (AND mask of the element words, scale byte range): e4m3 codes with the top exponent bit
+# clear are finite; e8m0 118..126 are 2^-9..2^-1, e4m3 0x28..0x38 are 2^-2..1
+MX_FILL = {"mxfp4": ("0xFFFFFFFFu", 118, 126), "mxfp8": ("0xB7B7B7B7u", 118, 126), "nvfp4": ("0xFFFFFFFFu", 0x28, 0x38)}
+
+
+def parse_format(text: str) -> tuple[str, int, int]:
+    """(mode, bits, group size) of q4g64-style affine formats (2-8 bits), of mxfp4 / mxfp8 / nvfp4,
+    and ("dense", 0, 0) for dense bf16 weights."""
     if text == "bf16":
-        return 0, 0
-    m = re.fullmatch(r"q([48])g(32|64|128)", text)
+        return "dense", 0, 0
+    if text in MICROSCALED:
+        return (text, *MICROSCALED[text])
+    m = re.fullmatch(r"q([234568])g(32|64|128)", text)
     if not m:
-        raise SystemExit(f"--format: expected bf16 or q4g64 style, got {text!r}")
-    return int(m.group(1)), int(m.group(2))
+        raise SystemExit(f"--format: expected bf16, mxfp4, mxfp8, nvfp4 or q4g64 style, got {text!r}")
+    return "affine", int(m.group(1)), int(m.group(2))
+
+
+def weight_format(mode: str, bits: int, group: int) -> WeightFormat:
+    """A weight of the harness's format: bf16 values, scales and biases; uint8 scales for the microscaled modes."""
+    if mode == "dense":
+        return WeightFormat("bf16")
+    if mode == "affine":
+        return WeightFormat("bf16", bits, group, False, "bf16")
+    return WeightFormat("u8", bits, group, False, "bf16", mode)
 
 
 def kernel_schedule(spec: ProjectionSpec, bucket: int, shape: Shape, layout: int | None):
@@ -181,7 +213,7 @@ def main() -> None:
         help="column layout, " + ", ".join(f"{i} {n}" for i, n in enumerate(LAYOUT_NAMES)) + " (default: the op's)",
     )
     args = ap.parse_args()
-    bits, group = parse_format(args.format)
+    mode, bits, group = parse_format(args.format)
     Ns = [int(n) for n in args.n.split(",")]
     if (args.epilogue == "qkv") != (len(Ns) > 1):
         raise SystemExit("--n: several widths with --epilogue qkv (and only there)")
@@ -189,7 +221,7 @@ def main() -> None:
     Ns = Ns * nw if args.epilogue == "swiglu" else Ns
     spec = ProjectionSpec(
         "bf16",
-        tuple(WeightFormat("bf16", bits, group, False, "bf16") if bits else WeightFormat("bf16") for _ in range(nw)),
+        tuple(weight_format(mode, bits, group) for _ in range(nw)),
         "swiglu" if args.epilogue == "swiglu" else None,
         False,
         k_multiple=math.gcd(args.k, 256),  # as the op derives it for CUDA
@@ -244,7 +276,7 @@ def main() -> None:
                     idx = [q.name for q in art.params if q.kind == "buffer" and not q.output and q.name != "x"].index(
                         p.name
                     )
-                    ctype = {"u32": "unsigned", "bf16": "__nv_bfloat16"}[p.dtype]
+                    ctype = {"u32": "unsigned", "bf16": "__nv_bfloat16", "u8": "unsigned char"}[p.dtype]
                     args_c.append(f"(const {ctype}*)sets[p][{idx}]")
             grid_x, bm = art.grid(1, cols)[0] * (2 if "khalf" in hacks else 1), art.schedule.BM
             row_blocks = f"(rows + {bm} - 1) / {bm}"
@@ -263,8 +295,13 @@ def main() -> None:
             wbytes += Ns[i] * K * 2
         elif p.name.startswith("w"):
             seed, bytes_ = f"{i * 4 + 1}u + p * 977u", f"(size_t)N[{i}] * K * {bits} / 8"
-            alloc.append(f"    sets[p].push_back(alloc_bits({bytes_}, {seed}));")
+            mask = MX_FILL[mode][0] if mode in MX_FILL else "0xFFFFFFFFu"
+            alloc.append(f"    sets[p].push_back(alloc_bits({bytes_}, {seed}, {mask}));")
             wbytes += Ns[i] * K * bits // 8
+        elif p.name.startswith("scales") and mode in MX_FILL:
+            n, (_, lo, hi) = f"(size_t)N[{i}] * (K / {group})", MX_FILL[mode]
+            alloc.append(f"    sets[p].push_back(alloc_u8({n}, {i * 4 + 2}u + p * 977u, {lo}, {hi}));")
+            wbytes += Ns[i] * (K // group)
         elif p.name.startswith(("scales", "biases")):
             n = f"(size_t)N[{i}] * (K / {group})"
             lo, hi = ("0.001f", "0.01f") if p.name.startswith("scales") else ("-0.05f", "0.05f")

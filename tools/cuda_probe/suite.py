@@ -490,6 +490,21 @@ SUITES["dense-xshare"] = {
 GROUPS2 = ["default=", f"g2={E}GROUPS=2", f"g2s3={E}GROUPS=2;{E}STAGES=3", f"g2s4={E}GROUPS=2;{E}STAGES=4", "again="]
 SUITES["groups2"] = format_suite("groups2", GROUPS2, ("q4g64", "q8g64", "q4g128", "q8g128"), LLAMA_SHAPES, "16,32")
 
+# staged-lowbit: the staged ring of the 2, 3, 5 and 6-bit weights (STAGED_LOWBIT=1, opt-in) against
+# the direct loads the rules take for them, groups 32 and 64 (group 128 never stages in real calls);
+# staged-mx: the microscaled modes' staged ring (the rules' default) against their direct loads
+# (STAGED=0); h200-kernel-ab-2026-12-02-staged-lowbit-mx.json
+SUITES["staged-lowbit"] = format_suite(
+    "lowbit",
+    ["default=", f"lowbit={E}STAGED_LOWBIT=1", "again="],
+    tuple(f"q{b}g{g}" for b in (2, 3, 5, 6) for g in (64, 32)),
+    LLAMA_SHAPES,
+    "1,4,8,16,32",
+)
+SUITES["staged-mx"] = format_suite(
+    "mxring", ["default=", f"direct={E}STAGED=0", "again="], ("mxfp4", "mxfp8", "nvfp4"), LLAMA_SHAPES, "1,4,8,16,32"
+)
+
 
 def write(out: Path, suite: str) -> list[Path]:
     """The suite's harness files in `out` (one generated_harness.py run each)."""
