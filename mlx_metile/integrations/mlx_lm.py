@@ -64,14 +64,14 @@ FIXED_FLOOR = {mx.float16: 2e-2, mx.bfloat16: 5e-2}
 # Module probes run in float32 with inputs scaled so activations reach |g| ~ 2,
 # where SiLU, GELU and friends differ by about 10%; f32 rounding is ~1e-6.
 PROBE_TOLERANCE = 1e-3
-# The phases of patch() that PatchReport.phases times, in the order they first run.
+# The phases of patch() that PatchReport.phases times, in the order the report lists them.
 PHASES = (
     "discovery",
     "verification record",
     "float32 reference",
+    "unpatched model",
     "probes",
     "patched model",
-    "unpatched model",
     "tuning",
 )
 # What decided a verification (PatchReport.criterion): what the logits were compared against, the
