@@ -6,7 +6,8 @@ included), with the report's phases. `import mlx_lm` is timed once in a fresh pr
 round includes what a process does once (first calls) and verifies; with the verification record on
 (MLX_METILE_VERIFY_RECORD, the default) the later rounds use the record the first one made (in the
 cache root: point MLX_METILE_CACHE at an empty folder for a first round that verifies). The medians
-are over the rounds after the first.
+are over the rounds after the first. `--tolerance` is patch()'s (0 by default; a bf16 model within it
+of its float32 logits verifies without running the unpatched model).
 
     python -m bench.patch_cost --out bench/results/cpu-patch-cost-<date>.json
 """
@@ -34,6 +35,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--intermediate", type=int, default=2816)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--tolerance", type=float, default=0.0, help="patch()'s tolerance")
     p.add_argument("--out", type=Path, help="the JSON file")
     return p.parse_args(argv)
 
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             model, _ = mlx_lm.load(tmp)
             loaded = time.perf_counter()
-            report = mt.patch(model)
+            report = mt.patch(model, tolerance=args.tolerance)
             done = time.perf_counter()
             rounds.append(
                 {
@@ -88,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                     "phases_s": report.phases,
                     "patched_model_runs": report.runs,
                     "record": report.record,
+                    "criterion": report.criterion,
                     "replaced": len(report.replaced),
                     "declined": len(report.declined),
                 }
@@ -99,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": os.getloadavg(),
         "cpu_count": os.cpu_count(),
         "model": {k: getattr(args, k) for k in ("format", "layers", "hidden", "intermediate", "head_dim")},
+        "tolerance": args.tolerance,
         "model_bytes": size,
         "import_mlx_lm_s": import_s,
         "rounds": rounds,

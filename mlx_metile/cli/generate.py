@@ -42,7 +42,7 @@ def report_lines(report) -> list[str]:
         said = "; ".join(f"{why} (x{n})" if n > 1 else why for why, n in whys.items())
         lines.append(f"  {kind:12s} {sum(whys.values())} declined: {said}")
     if report.max_diff is not None:
-        within = f"logits within {report.max_diff:.3g} x scale (allowed {report.allowed:.3g})"
+        within = report.verdict(long=False)
         if report.record.startswith("cached"):
             lines.append(f"  verified     {report.record} ({within} when recorded)")
         else:

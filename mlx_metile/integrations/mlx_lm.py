@@ -64,7 +64,7 @@ FIXED_FLOOR = {mx.float16: 2e-2, mx.bfloat16: 5e-2}
 # Module probes run in float32 with inputs scaled so activations reach |g| ~ 2,
 # where SiLU, GELU and friends differ by about 10%; f32 rounding is ~1e-6.
 PROBE_TOLERANCE = 1e-3
-# The phases of patch() that PatchReport.phases times, in the order they run.
+# The phases of patch() that PatchReport.phases times, in the order the report lists them.
 PHASES = (
     "discovery",
     "verification record",
@@ -74,6 +74,26 @@ PHASES = (
     "patched model",
     "tuning",
 )
+# What decided a verification (PatchReport.criterion): what the logits were compared against, the
+# scale max_diff and allowed are relative to, and the rule allowed came from (_verify).
+CRITERIA = {
+    "float32": (
+        "float32 reference",
+        "max |float32 reference|",
+        "tolerance + floor, the float32 reference alone; the unpatched model not run",
+    ),
+    "batch bound": (
+        "float32 reference",
+        "max |float32 reference|",
+        f"{ERROR_GROWTH} x the unpatched batch piece's distance + (tolerance + floor) x its scale",
+    ),
+    "bound": (
+        "float32 reference",
+        "max |unpatched logits|",
+        f"{ERROR_GROWTH} x the unpatched model's distance + tolerance + floor",
+    ),
+    "unpatched": ("unpatched logits", "max |unpatched logits|", "tolerance + floor"),
+}
 
 
 @dataclass
@@ -105,8 +125,9 @@ class PatchReport:
     replaced: list[tuple[str, str]] = field(default_factory=list)
     formats: dict[tuple[str, str], str] = field(default_factory=dict)  # (path, kind) -> weight formats
     declined: list[tuple[str, str, str]] = field(default_factory=list)
-    max_diff: float | None = None  # verified logits difference, relative to their scale
+    max_diff: float | None = None  # verified logits difference, relative to the scale CRITERIA names
     allowed: float | None = None
+    criterion: str = ""  # which of CRITERIA decided (the key): what was compared, at what scale
     seconds: float = 0.0  # what patch() took, verification (and tuning) included
     phases: dict[str, float] = field(default_factory=dict)  # where that time went (PHASES), seconds
     runs: int = 0  # verification's runs of the patched model
@@ -126,7 +147,7 @@ class PatchReport:
         if self.phases:
             lines.append(f"  time: {self.timings()}")
         if self.max_diff is not None:
-            said = f"max |logits - float32 reference| = {self.max_diff:.3g} x scale (allowed {self.allowed:.3g})"
+            said = self.verdict()
             if self.record.startswith("cached"):
                 said = f"{self.record} ({said} when recorded)"
             elif self.record:
@@ -140,6 +161,15 @@ class PatchReport:
         if self.tuning is not None:
             lines.append(str(self.tuning))
         return "\n".join(lines)
+
+    def verdict(self, long: bool = True) -> str:
+        """What verification found: "max |logits - float32 reference| = 0.0093 x max |float32
+        reference| (allowed 0.0501: <the rule of CRITERIA>)"; not `long`: without the rule."""
+        if self.max_diff is None:
+            return "not verified"
+        against, scale, rule = CRITERIA.get(self.criterion, ("reference", "scale", ""))
+        said = f"max |logits - {against}| = {self.max_diff:.3g} x {scale} (allowed {self.allowed:.3g}"
+        return said + (f": {rule})" if rule and long else ")")
 
     def timings(self) -> str:
         """Where the time went: "unpatched model 9.8 s, float32 reference 1.6 s, ..." in PHASES' order."""
@@ -609,6 +639,7 @@ def _verify_or_recall(model: nn.Module, parts: list[Part], report: PatchReport, 
         discovered = sorted([p.path, p.kind] for p in parts)
         if found is not None and sorted(map(list, found["replaced"])) == discovered:
             report.max_diff, report.allowed = float(found["max_diff"]), float(found["allowed"])
+            report.criterion = found["criterion"]
             report.record = f"cached record {key[:12]}"
             return
     before = len(parts)
@@ -616,7 +647,7 @@ def _verify_or_recall(model: nn.Module, parts: list[Part], report: PatchReport, 
     if key is not None and len(parts) == before:
         replaced = [[p.path, p.kind] for p in parts]
         with _phase(report, "verification record"):
-            record.store(key, document, report.max_diff, report.allowed, replaced)
+            record.store(key, document, report.max_diff, report.allowed, replaced, report.criterion)
         report.record = f"recorded {key[:12]}"
 
 
@@ -632,22 +663,31 @@ def _phase(report: PatchReport, name: str):
 
 def _verify(model: nn.Module, parts: list[Part], report: PatchReport, tolerance: float, seed: int) -> None:
     """Keep in `parts` only what verifies (each removed one goes into report.declined with the
-    reason); set report.max_diff and .allowed. Leaves every part off.
+    reason); set report.max_diff, .allowed and .criterion (the key of CRITERIA that decided).
+    Leaves every part off.
 
     The criterion: a set of parts verifies where max |logits of the model with them on -
     reference| <= ERROR_GROWTH x max |unpatched logits - reference| + (tolerance + floor) x
     max |unpatched logits| over synthetic_logits' rows; the reference is the float32 model where
-    there is one (floor F32_FLOOR), else the unpatched model (floor FIXED_FLOOR). The report gives
-    both sides / max |unpatched logits| (the logits' scale).
+    there is one (floor F32_FLOOR), else the unpatched model (floor FIXED_FLOOR; "unpatched").
 
-    Where the float32 reference exists, the unpatched model first runs only its "batch" piece:
-    those rows are rows of the full run, bit for bit, so their two maxima are at most the full
-    run's, and a set within the criterion computed on them is within the full one. The patched
-    model is still compared with the reference on every row. Where that decides (the usual
-    case), the report's scale is max |reference| instead; otherwise the rest of the unpatched
-    model runs and the full criterion decides. All parts are tried at once first; where they do
-    not verify, the parts that need no other are bisected, then those that need a kept part on
-    top of them. Each distinct set runs once (memoised)."""
+    Where the float32 reference exists, the patched model (every runnable part on) runs first and
+    the set is kept without running the unpatched model at all where max |its logits - reference|
+    <= (tolerance + F32_FLOOR) x max |reference| over every row ("float32": within tolerance of
+    the float32 truth). A set kept so meets the criterion as well, since max |reference| <=
+    max |unpatched logits| + max |unpatched logits - reference| and this path is taken only where
+    tolerance + F32_FLOOR <= ERROR_GROWTH. A low-precision model's own rounding usually keeps it from this path
+    at tolerance 0 (bf16 logits are ~1e-2 of their scale from float32 ones).
+
+    Otherwise the unpatched model runs only its "batch" piece: those rows are rows of the full
+    run, bit for bit, so their two maxima are at most the full run's, and a set within the
+    criterion computed on them is within the full one ("batch bound"; the patched model is still
+    compared with the reference on every row, and its run above is reused). Where that does not
+    decide either, the rest of the unpatched model runs and the full criterion decides ("bound";
+    its scale max |unpatched logits|, the others' max |reference|). All parts are tried at once
+    first; where they do not verify, the parts that need no other are bisected, then those that
+    need a kept part on top of them. Each distinct set runs once (memoised). Every decision goes
+    through `agree`: for a sharded model, every rank decides alike."""
     agree = _agreement(model)  # for a sharded model, the largest of every rank's value: all decide alike
     with _phase(report, "float32 reference"):
         _progress("patch: running the float32 reference")
@@ -663,12 +703,12 @@ def _verify(model: nn.Module, parts: list[Part], report: PatchReport, tolerance:
                     _progress(f"patch: running the unpatched model ({name})")
                     stock[name] = synthetic_piece(model, name, seed)
 
+    against_f32 = truth is not None
     if truth is None:  # the unpatched model is the reference
         unpatched(PIECES)
         truth = dict(stock)
         floor = FIXED_FLOOR.get(_model_dtype(model), F32_FLOOR)
     else:
-        unpatched(("batch",))
         floor = F32_FLOOR
     reference = mx.concatenate([truth[name] for name in PIECES], axis=0)
     with _phase(report, "probes"):
@@ -694,15 +734,24 @@ def _verify(model: nn.Module, parts: list[Part], report: PatchReport, tolerance:
             report.runs += 1
         return measured[on]
 
+    def within(value: float, bound: float, scale: float) -> bool:
+        """Whether value <= bound on every rank (a zero scale or NaN anywhere: no)."""
+        return agree(value - bound if scale > 0 else math.inf) <= 0
+
     runnable = [p for p in parts if p.needs is None] + [p for p in parts if p.needs is not None and p.needs in parts]
     kept: list[Part] | None = None
     try:
-        if runnable and len(stock) < len(PIECES):  # the piece's bound (see above)
+        if runnable and against_f32 and tolerance + F32_FLOOR <= ERROR_GROWTH:  # the float32 truth alone
+            scale = float(mx.abs(reference).max())
+            if within(distance(runnable), (tolerance + F32_FLOOR) * scale, scale):
+                kept, allowed, report.criterion = runnable, tolerance + F32_FLOOR, "float32"
+        if kept is None and runnable and against_f32:  # the batch piece's bound (see above)
+            unpatched(("batch",))
             piece, ref = stock["batch"], truth["batch"]
             native, piece_scale = float(mx.abs(piece - ref).max()), float(mx.abs(piece).max())
             bound = ERROR_GROWTH * native + (tolerance + floor) * piece_scale
-            if piece_scale > 0 and agree(distance(runnable) - bound) <= 0:  # (NaN anywhere: not <= 0)
-                kept = runnable
+            if within(distance(runnable), bound, piece_scale):
+                kept, report.criterion = runnable, "batch bound"
                 scale = float(mx.abs(reference).max()) or 1.0
                 allowed = bound / scale
         if kept is None:
@@ -711,6 +760,7 @@ def _verify(model: nn.Module, parts: list[Part], report: PatchReport, tolerance:
             native, scale = float(mx.abs(before - reference).max()), float(mx.abs(before).max()) or 1.0
             measured.setdefault(frozenset(), agree(native))  # (nothing on: the unpatched run, bit for bit)
             allowed = ERROR_GROWTH * native / scale + tolerance + floor
+            report.criterion = "bound" if against_f32 else "unpatched"
 
         def keep(candidates: list[Part], base: list[Part]) -> list[Part]:
             """The subset of candidates that verifies on top of `base`, by bisection."""

@@ -108,17 +108,19 @@ def _path(key: str) -> Path:
 
 
 def lookup(key: str) -> dict | None:
-    """The recorded result for `key` ({"max_diff", "allowed", "replaced"}), or None where there is
-    none or it is damaged (then with a warning)."""
+    """The recorded result for `key` ({"max_diff", "allowed", "replaced", "criterion"}), or None where
+    there is none or it is damaged (then with a warning)."""
     path = _path(key)
     data = cache.load(path, key)  # (a damaged file: removed, with a warning)
     if data is None:
         return None
     try:
         entry = json.loads(data)
-        result = {k: entry[k] for k in ("max_diff", "allowed", "replaced")}
+        result = {k: entry[k] for k in ("max_diff", "allowed", "replaced", "criterion")}
         if entry["key"] != key or not all(isinstance(result[k], (int, float)) for k in ("max_diff", "allowed")):
             raise ValueError("another key or malformed numbers")
+        if not isinstance(result["criterion"], str):
+            raise ValueError("a malformed criterion")
         return result
     except (ValueError, KeyError, TypeError) as e:
         warnings.warn(
@@ -128,9 +130,13 @@ def lookup(key: str) -> dict | None:
         return None
 
 
-def store(key: str, document: dict, max_diff: float, allowed: float, replaced: list[tuple[str, str]]) -> None:
-    """Record a verification that kept every part (a cache that cannot be written: a warning)."""
+def store(
+    key: str, document: dict, max_diff: float, allowed: float, replaced: list[tuple[str, str]], criterion: str
+) -> None:
+    """Record a verification that kept every part, and which criterion decided (a cache that cannot
+    be written: a warning)."""
     entry = {"key": key, "document": document, "max_diff": max_diff, "allowed": allowed, "replaced": replaced}
+    entry["criterion"] = criterion
     try:
         cache.store(_path(key), json.dumps(entry, sort_keys=True, default=str).encode(), key)
     except OSError as e:

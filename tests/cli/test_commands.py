@@ -137,7 +137,7 @@ def test_generate_says_when_patch_used_its_verification_record(tiny_model, tmp_p
     args = ("generate", "--model", str(tiny_model), "--prompt", "the a of", "--max-tokens", "2")
     first, second = run(*args, env=env), run(*args, env=env)
     assert first.returncode == 0 and second.returncode == 0, second.stderr[-2000:]
-    assert "  verified     logits within " in first.stdout and "; recorded " in first.stdout, first.stdout
+    assert "  verified     max |logits - " in first.stdout and "; recorded " in first.stdout, first.stdout
     key = first.stdout.split("; recorded ")[1].split()[0]
-    assert f"  verified     cached record {key} (logits within " in second.stdout, second.stdout
+    assert f"  verified     cached record {key} (max |logits - " in second.stdout, second.stdout
     assert "float32 reference" in first.stdout and "float32 reference" not in second.stdout

@@ -55,6 +55,12 @@ def make(arch: str, fmt: str, seed: int = 1) -> nn.Module:
 def plant_wrong_output_projection(monkeypatch, model) -> None:
     """Make mlx_metile's launch of `model`'s output projection 25% off in calls of one row only (the
     decode steps), every other call right: what verification must catch."""
+    plant_output_projection_factor(monkeypatch, model, 1.25, one_row_only=True)
+
+
+def plant_output_projection_factor(monkeypatch, model, factor: float, one_row_only: bool = False) -> None:
+    """Multiply what mlx_metile's launch of `model`'s output projection returns by `factor` (in calls
+    of one row only where `one_row_only`); every other launch is left as it is."""
     from mlx_metile.backends import primitive
 
     target, original = model.lm_head.weight, primitive.launch
@@ -62,6 +68,6 @@ def plant_wrong_output_projection(monkeypatch, model) -> None:
     def wrong(artifact, arrays, call, rows, *rest):
         outs = original(artifact, arrays, call, rows, *rest)
         ours = any(getattr(w, "w", None) is target for w in call.weights)
-        return [o * 1.25 for o in outs] if rows == 1 and ours else outs
+        return [o * factor for o in outs] if ours and (rows == 1 or not one_row_only) else outs
 
     monkeypatch.setattr(primitive, "launch", wrong)

@@ -65,6 +65,9 @@ def run_case(case: str, group) -> dict:
     from .sharded_models import make
 
     arch, fmt, *where = case.split(":")
+    options = {"max_rows": MAX_ROWS}
+    if where and where[-1].startswith("tolerance="):  # "arch:fmt[:model dir][:tolerance=t]"
+        options["tolerance"] = float(where.pop()[len("tolerance=") :])
     prompt = mx.array(PROMPT, dtype=mx.uint32)
 
     def argmax(lp):
@@ -91,8 +94,9 @@ def run_case(case: str, group) -> dict:
     res["speculative"] = {"unsharded": speculative(unsharded, draft), "stock": speculative(sharded, draft)}
     want = integration.synthetic_logits(unsharded)
     stock = integration.synthetic_logits(sharded)
-    report = mt.patch(sharded, max_rows=MAX_ROWS)
+    report = mt.patch(sharded, **options)
     res["report"] = str(report)
+    res["criterion"], res["phases"] = report.criterion, sorted(report.phases)
     res["gathered"] = gather_reports(report, group)
     res["replaced"] = [list(r) for r in report.replaced]
     res["allowed"], res["max_diff"] = report.allowed, report.max_diff

@@ -15,7 +15,7 @@ from mlx_metile.integrations import mlx_lm as integration
 from mlx_metile.integrations import modules
 from mlx_metile.integrations.modules import FusedSwiGLU
 
-from .models import ARCHS, FORMATS, make, plant_wrong_output_projection
+from .models import ARCHS, FORMATS, make, plant_output_projection_factor, plant_wrong_output_projection
 
 PROMPT = mx.array([3, 17, 42, 7, 99, 5, 64, 12], dtype=mx.uint32)
 
@@ -215,6 +215,65 @@ def test_a_model_that_verifies_runs_the_patched_model_once_and_reports_its_time(
     assert set(report.phases) == {"discovery", "float32 reference", "unpatched model", "probes", "patched model"}
     assert report.seconds >= sum(report.phases.values())
     assert "  time: discovery " in str(report) and "patched model" in str(report) and "(1 run)" in str(report)
+
+
+def float32_logits(model) -> np.ndarray:
+    """synthetic_logits of the model with its bf16/f16 parameters in float32 (MLX ops)."""
+    params = model.parameters()
+    up = tree_map(lambda a: a.astype(mx.float32) if a.dtype in (mx.float16, mx.bfloat16) else a, params)
+    model.update(up)
+    try:
+        return logits(model)
+    finally:
+        model.update(params)
+
+
+def all_parts_logits(model) -> np.ndarray:
+    """synthetic_logits with every part patch finds on, unverified."""
+    report = mt.patch(model, verify=False)
+    try:
+        return logits(model)
+    finally:
+        report.restore()
+
+
+@pytest.mark.parametrize("fmt", ["q4g64-bf16", "bfloat16"])
+def test_a_model_within_tolerance_of_float32_is_kept_without_running_the_unpatched_model(fmt):
+    tolerance = 0.05
+    model = make("llama", fmt)
+    ref = float32_logits(model)
+    d = np.abs(all_parts_logits(model) - ref).max() / np.abs(ref).max()
+    assert 1e-3 < d <= tolerance  # (bf16 rounding: outside the floor, inside the tolerance)
+    report = mt.patch(model, tolerance=tolerance)
+    assert report.criterion == "float32" and not report.declined, str(report)
+    assert "unpatched model" not in report.phases and report.runs == 1, str(report)
+    assert report.allowed == tolerance + integration.F32_FLOOR
+    assert report.max_diff == pytest.approx(d, rel=1e-5, abs=1e-7), str(report)
+    assert "x max |float32 reference|" in str(report) and "unpatched model not run" in str(report)
+
+
+@pytest.mark.parametrize("factor, kept", [(1.03, True), (1.2, False)])
+def test_outside_the_float32_bound_the_unpatched_model_decides(monkeypatch, factor, kept):
+    """An output projection off by `factor` in every call: beyond tolerance of the float32 logits,
+    so the unpatched model runs and the bound with its own distance keeps (1.03) or declines (1.2)
+    the projection, as computed here from the three models' logits."""
+    tolerance, floor = 0.015, integration.F32_FLOOR
+    model = make("llama", "q4g64-bf16")
+    ref, before = float32_logits(model), logits(model)
+    plant_output_projection_factor(monkeypatch, model, factor)
+    d = np.abs(all_parts_logits(model) - ref).max()
+    bound = integration.ERROR_GROWTH * np.abs(before - ref).max() + (tolerance + floor) * np.abs(before).max()
+    assert d > (tolerance + floor) * np.abs(ref).max() and (d <= bound) == kept, (d, bound)
+    report = mt.patch(model, tolerance=tolerance)
+    assert "unpatched model" in report.phases and report.criterion in ("batch bound", "bound"), str(report)
+    if kept:
+        assert not report.declined and report.runs == 1, str(report)  # (the first patched run reused)
+    else:
+        declined = {(p, k): why for p, k, why in report.declined}
+        assert set(declined) == {("lm_head", "projection")}, str(report)
+        assert declined[("lm_head", "projection")].startswith("logits differ by"), str(report)
+        assert report.criterion == "bound" and type(model.lm_head) is nn.QuantizedLinear, str(report)
+    assert report.max_diff <= report.allowed
 
 
 def test_likeness_tells_modules_apart_by_class_settings_and_shapes():

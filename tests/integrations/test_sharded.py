@@ -27,6 +27,14 @@ def two_ranks(tmp_path_factory) -> tuple[list[str], list[dict]]:
 
 
 @pytest.fixture(scope="module")
+def two_ranks_bf16(tmp_path_factory) -> tuple[str, list[dict]]:
+    """2 ranks: a bf16 int4 llama sharded by model.shard, patched at tolerance 0.05 (its float32
+    reference exists; the bf16 rounding is ~1e-2 of the logits' scale)."""
+    case = "llama:q4g64-bf16:tolerance=0.05"
+    return case, launch(2, RANK, [case], tmp_path_factory.mktemp("two_ranks_bf16"), TIMEOUT)
+
+
+@pytest.fixture(scope="module")
 def four_ranks(tmp_path_factory) -> list[dict]:
     return launch(4, RANK, FOUR, tmp_path_factory.mktemp("four_ranks"), TIMEOUT)
 
@@ -82,6 +90,16 @@ def _check_case(ranks: list[dict], case: str) -> None:
 def test_two_ranks_patched_sharded_decodes_as_stock_sharded_and_unsharded(two_ranks, index):
     cases, ranks = two_ranks
     _check_case(ranks, cases[index])
+
+
+def test_two_ranks_bf16_within_tolerance_of_float32_keep_every_part_without_the_unpatched_model(two_ranks_bf16):
+    """Every rank takes the float32 check's decision (through all_max) and runs no unpatched model."""
+    case, ranks = two_ranks_bf16
+    _check_case(ranks, case)
+    for results in ranks:
+        res = results[case]
+        assert res["criterion"] == "float32" and "unpatched model" not in res["phases"], res["report"]
+        assert res["allowed"] == pytest.approx(0.05 + 1e-4), res["report"]
 
 
 @pytest.mark.parametrize("case", FOUR)
