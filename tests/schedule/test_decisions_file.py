@@ -125,7 +125,8 @@ def test_the_shipped_file_reads_and_every_schedule_lowers(env):
 
 def _specs():
     for act in ("bf16",):
-        for w in (WeightFormat("bf16"), WeightFormat("bf16", 4, 64), WeightFormat("bf16", 8, 64)):
+        micro = [WeightFormat("u8", b, g, mode=m) for m, b, g in (("mxfp4", 4, 32), ("mxfp8", 8, 32), ("nvfp4", 4, 16))]
+        for w in (WeightFormat("bf16"), WeightFormat("bf16", 4, 64), WeightFormat("bf16", 8, 64), *micro):
             for k in (64, 128, 256, 512, 1024, 2048):
                 yield ProjectionSpec(act, (w,), k_multiple=k)
                 yield ProjectionSpec(act, (w,), has_residual=True, k_multiple=k)
