@@ -148,7 +148,7 @@ VARIANTS = [
     # ... and through the staged ring: each column's bit stream copied in 16-byte pieces (3, 5 and
     # 6 bits: in 3 or 5 runs), the lanes' words read from the ring as from global memory
     _v("staged-bf16-q2g64", spec("bf16", [WeightFormat("bf16", 2, 64)]), 1,
-       lambda a: staged(a) and "metile_cp_small<8>(" in a.source, MMA_STAGED_LOWBIT="1"),
+       lambda a: staged(a) and "metile_cp_small<8>(" in a.source, MMA_STAGED_LOWBIT="1", MMA_GROUPS="4"),
     _v("staged-bf16-q3g64-swiglu", spec("bf16", [WeightFormat("bf16", 3, 64)] * 2, "swiglu"), 16, staged,
        MMA_STAGED_LOWBIT="1"),
     _v("staged-f16-q5g64-bias-tiles", spec("f16", [WeightFormat("f16", 5, 64, True, "f16")]), 32,

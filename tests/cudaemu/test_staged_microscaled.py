@@ -14,6 +14,13 @@ from mlx_metile.spec import ProjectionSpec, WeightFormat
 from .cases import Case, direct, kernel, ring_rows_match_direct, ring_sums_in_direct_order, rules, same, set_knobs
 
 
+@pytest.fixture(autouse=True)
+def ring_everywhere(env):
+    """Stages of MICRO_GROUPS (the rules' own) set explicitly: a ring setting turns the tables'
+    direct_loads off, so every bucket here takes the ring (mxfp8 at 32 rows would keep the direct loads)."""
+    env.set("MLX_METILE_CUDA_MMA_GROUPS", "4")
+
+
 def mx_format(mode: str, bias: str = "") -> WeightFormat:
     group, bits = {"mxfp4": (32, 4), "mxfp8": (32, 8), "nvfp4": (16, 4)}[mode]
     return WeightFormat("u8", bits, group, bool(bias), bias or "f32", mode)
