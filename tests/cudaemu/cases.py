@@ -239,3 +239,17 @@ def ring_rows_match_direct(env, case: Case, scale_copy: int) -> None:
         case.check(got, rows, what)
         assert same(got, direct(env, case, bucket, rows, layout)), f"{what}: the direct loads give other bits"
         case.invariant(got, what, bucket=1)
+
+
+def shared_x_matches_direct(env, spec: ProjectionSpec, label: str) -> None:
+    """MLX_METILE_CUDA_MMA_XSHARE=4 (shared x, mma_xshare.py, over the same staged weights) on a
+    32-row SwiGLU `spec`: within tolerance and the bits of the direct loads and of the K-split ring."""
+    case = Case(spec, 1024, 64, rows=32)
+    want = direct(env, case, 32, 32, TILES)
+    split = case.run(32, 32, TILES)
+    set_knobs(env, {"XSHARE": "4"})
+    art = kernel(spec, 32, TILES)
+    assert art.schedule.xshare == 4 and art.schedule.staged, art.schedule.describe()
+    got = case.run_kernel(art, 32)
+    case.check(got, 32, f"{label} shared x")
+    assert same(got, want) and same(split, want)

@@ -17,7 +17,18 @@ import pytest
 from mlx_metile.schedule.cuda_layouts import ONE_TILE, TILES
 from mlx_metile.spec import ProjectionSpec, WeightFormat
 
-from .cases import ULP, Case, direct, kernel, ring_rows_match_direct, ring_sums_in_direct_order, rules, same, set_knobs
+from .cases import (
+    ULP,
+    Case,
+    direct,
+    kernel,
+    ring_rows_match_direct,
+    ring_sums_in_direct_order,
+    rules,
+    same,
+    set_knobs,
+    shared_x_matches_direct,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -86,18 +97,12 @@ def test_staged_affine_width_sums_run_in_the_direct_loads_order(env, bits_, grou
 
 @pytest.mark.parametrize("bits_", [3, 6])
 def test_shared_x_over_affine_width_weights_gives_the_direct_loads_bits(env, bits_):
-    """MLX_METILE_CUDA_MMA_XSHARE=4 (shared x, mma_xshare.py, over the same staged weights) on a
-    32-row SwiGLU: within tolerance and the bits of the direct loads and of the K-split ring."""
-    spec = ProjectionSpec("bf16", (affine(bits_, 64 if bits_ == 3 else 32),) * 2, "swiglu", k_multiple=256)
-    case = Case(spec, 1024, 64, rows=32)
-    want = direct(env, case, 32, 32, TILES)
-    split = case.run(32, 32, TILES)
-    set_knobs(env, {"XSHARE": "4"})
-    art = kernel(spec, 32, TILES)
-    assert art.schedule.xshare == 4 and art.schedule.staged, art.schedule.describe()
-    got = case.run_kernel(art, 32)
-    case.check(got, 32, f"q{bits_} shared x")
-    assert same(got, want) and same(split, want)
+    """Shared x over these weights gives the direct loads' bits (cases.shared_x_matches_direct)."""
+    shared_x_matches_direct(
+        env,
+        ProjectionSpec("bf16", (affine(bits_, 64 if bits_ == 3 else 32),) * 2, "swiglu", k_multiple=256),
+        f"q{bits_}",
+    )
 
 
 @pytest.mark.parametrize("bits_,group", [(3, 64), (5, 32)])

@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_metile.schedule.cuda_layouts import TILES
 from mlx_metile.spec import ProjectionSpec, WeightFormat
 
-from .cases import Case, direct, kernel, ring_rows_match_direct, ring_sums_in_direct_order, rules, same, set_knobs
+from .cases import (
+    Case,
+    ring_rows_match_direct,
+    ring_sums_in_direct_order,
+    rules,
+    shared_x_matches_direct,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -58,15 +63,5 @@ def test_staged_microscaled_sums_run_in_the_direct_loads_order(env, mode):
 
 @pytest.mark.parametrize("mode", ["mxfp4", "mxfp8", "nvfp4"])
 def test_shared_x_over_microscaled_weights_gives_the_direct_loads_bits(env, mode):
-    """MLX_METILE_CUDA_MMA_XSHARE=4 (shared x, mma_xshare.py, over the same staged weights) on a
-    32-row SwiGLU: within tolerance and the bits of the direct loads and of the K-split ring."""
-    spec = ProjectionSpec("bf16", (mx_format(mode),) * 2, "swiglu", k_multiple=256)
-    case = Case(spec, 1024, 64, rows=32)
-    want = direct(env, case, 32, 32, TILES)
-    split = case.run(32, 32, TILES)
-    set_knobs(env, {"XSHARE": "4"})
-    art = kernel(spec, 32, TILES)
-    assert art.schedule.xshare == 4 and art.schedule.staged, art.schedule.describe()
-    got = case.run_kernel(art, 32)
-    case.check(got, 32, f"{mode} shared x")
-    assert same(got, want) and same(split, want)
+    """Shared x over these weights gives the direct loads' bits (cases.shared_x_matches_direct)."""
+    shared_x_matches_direct(env, ProjectionSpec("bf16", (mx_format(mode),) * 2, "swiglu", k_multiple=256), mode)
