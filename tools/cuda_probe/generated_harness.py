@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mlx_metile import settings as metile_settings  # noqa: E402
 from mlx_metile.backends.cuda_device import build_target  # noqa: E402
-from mlx_metile.formats import WeightFormat  # noqa: E402
+from mlx_metile.formats import WeightFormat, microscaling  # noqa: E402
 from mlx_metile.pipeline import compile_projection  # noqa: E402
 from mlx_metile.schedule import Shape, choose, row_bucket, takes_mma  # noqa: E402
 from mlx_metile.schedule.cuda_layouts import LAYOUT_NAMES, LAYOUTS  # noqa: E402
@@ -155,8 +155,6 @@ def cublas_variant(name: str) -> str:
     return text.replace("@NAME@", name).replace("@FIRST@", "false").replace("@NOUT@", "N[0]")
 
 
-# microscaled modes: (bits, group); their uint8 scales and codes are filled finite (see MX_FILL)
-MICROSCALED = {"mxfp4": (4, 32), "mxfp8": (8, 32), "nvfp4": (4, 16)}
 # per mode: (AND mask of the element words, scale byte range): e4m3 codes with the top exponent bit
 # clear are finite; e8m0 118..126 are 2^-9..2^-1, e4m3 0x28..0x38 are 2^-2..1
 MX_FILL = {"mxfp4": ("0xFFFFFFFFu", 118, 126), "mxfp8": ("0xB7B7B7B7u", 118, 126), "nvfp4": ("0xFFFFFFFFu", 0x28, 0x38)}
@@ -167,8 +165,9 @@ def parse_format(text: str) -> tuple[str, int, int]:
     and ("dense", 0, 0) for dense bf16 weights."""
     if text == "bf16":
         return "dense", 0, 0
-    if text in MICROSCALED:
-        return (text, *MICROSCALED[text])
+    if text in microscaling.MODES:  # (group, bits, scale kind); codes and scales filled finite (MX_FILL)
+        group, bits, _ = microscaling.MODES[text]
+        return text, bits, group
     m = re.fullmatch(r"q([234568])g(32|64|128)", text)
     if not m:
         raise SystemExit(f"--format: expected bf16, mxfp4, mxfp8, nvfp4 or q4g64 style, got {text!r}")
